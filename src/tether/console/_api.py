@@ -26,7 +26,7 @@ from tether.console._resume import resume_run
 from tether.console._runs import RunSummary, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
-from tether.console._web import NUL_REFUSED, Gate, holds_nul
+from tether.console._web import UNSTORABLE, Gate, holds_unstorable
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["api_routes"]
@@ -88,8 +88,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
-                if holds_nul(parsed):
-                    return _error(400, "bad_request", NUL_REFUSED)
+                if holds_unstorable(parsed):
+                    return _error(400, "bad_request", UNSTORABLE)
                 body = parsed
         try:
             content = await handler(sources, request, principal, body)

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.console._render import environment
 from tether.console._sources import ConsoleSources
 from tether.console._users import CLIENT
-from tether.console._web import NUL_REFUSED, Gate
+from tether.console._web import UNSTORABLE, Gate
 from tether.errors import ConfigError
 
 __all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
@@ -86,14 +86,16 @@ def _host_name(value: bytes) -> str:
 
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
-    rebinding); a path or query with a NUL character is refused (400, ``NUL_REFUSED``); the
+    rebinding); a path or query with a NUL character is refused (400, ``UNSTORABLE``); the
     body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
     else's body is never read, the app answers it as it answers any request not signed in;
-    every response gets ``PROTECTIVE_HEADERS``; the client's address is kept for the audit
-    entries; a WebSocket handshake is refused (404). Past ``max_requests`` being served a request
-    is 503 at once, past all but ``reserved`` of them one without credentials (``_room``)."""
+    every response gets ``PROTECTIVE_HEADERS``, and every cookie set over HTTPS is ``Secure``
+    (``_secure_cookie``: a console behind a TLS proxy without ``--secure-cookies``); the client's
+    address is kept for the audit entries; a WebSocket handshake is refused (404). Past
+    ``max_requests`` being served a request is 503 at once, past all but ``reserved`` of them one
+    without credentials (``_room``)."""
 
     def __init__(
         self,
@@ -120,11 +122,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        https = scope.get("scheme") == "https"  # as the client sent it (a trusted proxy's X-Forwarded-Proto)
+
         async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                names = {k.lower() for k, _ in message.get("headers", [])}
+                headers = [_secure_cookie(k, v) if https else (k, v) for k, v in message.get("headers", [])]
+                names = {k.lower() for k, _ in headers}
                 message["headers"] = [
-                    *message.get("headers", []),
+                    *headers,
                     *[(k, v) for k, v in PROTECTIVE_HEADERS if k not in names],
                 ]
             await send(message)
@@ -154,7 +159,7 @@ class Guard:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
             return
         if "\x00" in scope.get("path", "") or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-            await PlainTextResponse(NUL_REFUSED, status_code=400)(scope, receive, wrapped)
+            await PlainTextResponse(UNSTORABLE, status_code=400)(scope, receive, wrapped)
             return
         client = scope.get("client")
         CLIENT.set(str(client[0]) if client else "")
@@ -193,6 +198,14 @@ class Guard:
         if scope.get("path") == SIGN_IN:
             return MAX_ANONYMOUS_BODY
         return MAX_BODY if await self.gate.signed_in(Request(scope)) else 0
+
+
+def _secure_cookie(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """A header of a response sent over HTTPS: a cookie it sets is ``Secure`` (never sent back
+    over plain HTTP, where anyone on the path reads it), with ``--secure-cookies`` or without."""
+    if name.lower() != b"set-cookie" or b"secure" in [a.strip().lower() for a in value.split(b";")[1:]]:
+        return name, value
+    return name, value + b"; Secure"
 
 
 async def _no_body() -> Message:

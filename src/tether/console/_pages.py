@@ -26,8 +26,8 @@ from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Denied, Hidden, Principal
-from tether.console._web import NUL_REFUSED, form_value, holds_nul
+from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal
+from tether.console._web import UNSTORABLE, form_value, holds_unstorable
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["page_routes"]
@@ -232,8 +232,8 @@ class _Pages:
                     form = await request.form()
                     if not gate.csrf_ok(request, principal, form_value(form, "csrf_token")):
                         return problem(request, principal, 403, "Refused", "Missing or wrong CSRF token.")
-                    if holds_nul(form):
-                        return problem(request, principal, 400, "Refused", NUL_REFUSED)
+                    if holds_unstorable(form):
+                        return problem(request, principal, 400, "Refused", UNSTORABLE)
                 return await handler(request, principal)
             except Hidden:
                 return problem(request, principal, 404, "Not found", "There is nothing here for you.")
@@ -268,8 +268,8 @@ class _Pages:
             client = self.gate.device(request, name) or (request.client.host if request.client else "")
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
-            elif holds_nul(form):
-                error, status, nxt = NUL_REFUSED, 400, "/"
+            elif holds_unstorable(form):
+                error, status, nxt = UNSTORABLE, 400, "/"
             elif (at := self.throttle.attempt(name, client)) is None:
                 if self.throttle.first_refusal(client):
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
@@ -279,7 +279,7 @@ class _Pages:
                     credential = await anyio.to_thread.run_sync(
                         self.sources.users.check_password,
                         name,
-                        form_value(form, "password", 1024),
+                        form_value(form, "password", MAX_PASSWORD),
                         limiter=self.gate.hashing,
                     )
                     done = RedirectResponse(nxt, status_code=303)

@@ -52,7 +52,14 @@ ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
 SESSION_TTL = timedelta(hours=12)  # a session ends this long after sign-in, however busy
 SESSION_IDLE = timedelta(minutes=30)  # and this long after its last request (``session_idle``)
+# Sessions one person holds at once: a sign-in past it ends their oldest (sign-ins by a script,
+# or by whoever has the password, never pile up sessions that each live for hours).
+MAX_SESSIONS = 20
 MIN_PASSWORD = 10
+MAX_PASSWORD = 1024  # what the sign-in form reads of one (a longer one could never sign in)
+# Different characters a password needs besides its person's name (``aaaaaaaaaa``, the name
+# written three times, ten spaces: each long enough, each among the first guesses).
+MIN_PASSWORD_CHARS = 5
 TOKEN_PREFIX = "tether_"
 MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
@@ -265,7 +272,7 @@ class UserStore:
         check_name(name)
         for tenant, role in (grants or {}).items():
             _check_grant(tenant, role)
-        hashed = self._new_password(password)
+        hashed = self._new_password(name, password)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
@@ -276,12 +283,22 @@ class UserStore:
 
     def set_password(self, name: str, password: str) -> None:
         """A new password means the old one may be known: the sessions and API tokens end too."""
-        self._update_user(name, "password_hash", self._new_password(password), end_access=True)
+        self._update_user(name, "password_hash", self._new_password(name, password), end_access=True)
 
-    def _new_password(self, password: str) -> str:
-        """The hash to store for a chosen password. Raises ``AuthError("weak_password")``."""
+    def _new_password(self, name: str, password: str) -> str:
+        """The hash to store for a password ``name`` chose. Raises ``AuthError("weak_password")``
+        for one shorter than ``MIN_PASSWORD``, longer than ``MAX_PASSWORD``, or with fewer than
+        ``MIN_PASSWORD_CHARS`` different characters once the name and white space are left out."""
         if len(password) < MIN_PASSWORD:
             raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
+        if len(password) > MAX_PASSWORD:
+            raise AuthError("weak_password", f"a password has at most {MAX_PASSWORD} characters")
+        rest = "".join(password.split()).casefold().replace(name.casefold(), "")
+        if len(set(rest)) < MIN_PASSWORD_CHARS:
+            raise AuthError(
+                "weak_password",
+                f"a password needs at least {MIN_PASSWORD_CHARS} different characters besides the user name",
+            )
         return hash_secret(password, n=self.scrypt_n)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
@@ -415,7 +432,8 @@ class UserStore:
         ``credential``: the one a sign-in verified (``check_password``); the session is begun in
         the same transaction that finds it still the person's, so a password set or an account
         disabled while the password was being checked (``tether users`` on the host) ends the
-        sign-in too. Raises ``AuthError("credential_changed")``."""
+        sign-in too. Past ``MAX_SESSIONS`` of the person's, the oldest ends. Raises
+        ``AuthError("credential_changed")``."""
         raw = secrets.token_urlsafe(32)
         now = _now()
         with self._tx() as conn:
@@ -430,6 +448,11 @@ class UserStore:
                 "INSERT INTO sessions (id_hash, user, csrf, created_at, expires_at, seen_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (_digest(raw), name, secrets.token_urlsafe(32), _ts(now), _ts(now + SESSION_TTL), _ts(now)),
+            )
+            conn.execute(  # the newest MAX_SESSIONS are kept (rowid: the order they were made in)
+                "DELETE FROM sessions WHERE user = ? AND rowid NOT IN"
+                " (SELECT rowid FROM sessions WHERE user = ? ORDER BY rowid DESC LIMIT ?)",
+                (name, name, MAX_SESSIONS),
             )
         return raw
 

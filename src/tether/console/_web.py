@@ -16,6 +16,7 @@ import hmac
 import logging
 import math
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -32,7 +33,7 @@ from starlette.responses import Response
 from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
-__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "holds_nul", "load_secret_key"]
+__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "holds_unstorable", "load_secret_key"]
 
 _log = logging.getLogger(__name__)
 
@@ -332,20 +333,25 @@ def form_value(form: Any, key: str, limit: int = 4000) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 
-# A NUL character names nothing the console keeps (an id, a tenant, a reason, a name): a request
-# that holds one is refused as a whole (PostgreSQL cannot take one in text: it failed deep in a
-# store, unaudited, as a server error).
-NUL_REFUSED = "a request may not hold a NUL character (in its path, query, form fields or JSON)"
+# A NUL character or a lone surrogate (JSON's "\ud800", a form its charset decodes so)
+# names nothing the console keeps (an id, a tenant, a reason, a name): a request that holds one is
+# refused as a whole (PostgreSQL cannot take a NUL in text, and no store takes a surrogate, which
+# is no UTF-8: each failed deep in a store, its refusal unaudited, as a server error).
+UNSTORABLE = (
+    "a request may not hold a NUL character or a lone surrogate (in its path, query, form fields or JSON)"
+)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
-def holds_nul(value: Any) -> bool:
-    """Whether a NUL character is in ``value``: a string, or any key or string within dicts,
-    lists and form data (read without recursion: a body may nest as deep as its parser took)."""
+def holds_unstorable(value: Any) -> bool:
+    """Whether a NUL character or a lone surrogate is in ``value``: a string, or any key or string
+    within dicts, lists and form data (read without recursion: a body may nest as deep as its
+    parser took)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
+            if _UNSTORABLE.search(item):
                 return True
         elif isinstance(item, dict):
             stack.extend(item.keys())
