@@ -591,8 +591,7 @@ class ProvenanceIndex(Steering):
         return [d for seg in self.named_values(trust=trust) if (d := parse_date(seg.raw)) is not None]
 
 
-# The classes of data a source vouches for (a vendor's listing, the system's fields), before
-# anyone's words (``third_party`` and after) in ``TRUST_ORDER``.
+# Classes a source vouches for (a vendor's listing), before anyone's words in ``TRUST_ORDER``.
 _VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
