@@ -32,7 +32,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
-from tether.sql._sqlite import setup
+from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
@@ -334,8 +334,8 @@ class Database:
             try:
                 with self.transaction(write=write) as conn:
                     return fn(conn)
-            except StatementError as err:
-                raise _unwrapped(err) from None
+            except (StatementError, sqlite3.OperationalError) as err:
+                raise self._named(err) from None
         for attempt in range(_RETRIES):
             try:
                 return self._pg_attempt(fn)
@@ -343,6 +343,20 @@ class Database:
                 if attempt == _RETRIES - 1:
                     raise StoreUnavailable(f"{self._key}: {lost}") from None
         raise AssertionError("unreachable")
+
+    def _named(self, err: StatementError | sqlite3.OperationalError) -> BaseException:
+        """The driver's own error; one for a file another writer held names the file (SQLite's
+        says only "database is locked"), as the same type."""
+        orig = _unwrapped(err) if isinstance(err, StatementError) else err
+        if not held(orig) or self.path is None or str(self.path) in str(orig):
+            return orig
+        named = sqlite3.OperationalError(
+            f"database is locked: {self.path} (another connection held its write lock past the"
+            f" {self.busy_timeout_s:g} s busy timeout)"
+        )
+        named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)  # type: ignore[attr-defined]
+        named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")  # type: ignore[attr-defined]
+        return named
 
     def _pg_attempt(self, fn: Callable[[Connection], T]) -> T:
         import psycopg
