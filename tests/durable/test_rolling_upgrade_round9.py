@@ -11,7 +11,14 @@ What did not hold, each fixed here and pinned below:
 - ``tether db init`` (or any command) run while another process (a worker of the old release
   mid-transaction, another command) held a SQLite deployment's file past the busy timeout
   ended ``internal_error`` (exit 7, "report it"), naming no file: a lock is no bug. It exits 6
-  (``store_busy``) naming the file where it is tether's, and saying the command may be run again.
+  (``store_busy``) naming the file where it is tether's, and saying the command may be run again;
+- on PostgreSQL, ``tether db init`` (or a new worker's start, which migrates too) on a schema an
+  earlier release set up, while a worker of that release sat inside a transaction on one of the
+  tables a migration alters (stopped mid-heartbeat: a frozen container, a debugger): the
+  ``ALTER TABLE`` waited for good, and every later statement on the table (every worker's
+  heartbeat) queued behind it. A migration's DDL now waits ``MIGRATION_LOCK_WAIT_S`` per try,
+  lets go in between, and after its tries says so (``MigrationBusy``: exit 6, ``store_busy``,
+  the migration named), nothing of it written; run again once that session ends, it applies.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +113,60 @@ def test_db_init_while_another_process_holds_a_sqlite_store_says_so(
     code, out, _ = _init(url, capsys)  # run again once the holder is gone: it finishes
     assert (code, out["ok"]) == (0, True), out
     assert main(["db", "check", "--db", url]) == 0
+
+
+def _as_before_round_eight(url: str) -> Any:
+    """The schema as a release before ``workers.003_owner`` left it, and a worker of that release
+    stopped inside its heartbeat's transaction (the row lock held): the open connection."""
+    import psycopg
+
+    dsn, _, schema = url.partition("?schema=")
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"SET search_path = {schema}")
+        db.execute("ALTER TABLE tether_workers DROP COLUMN owner, DROP COLUMN owner_since")
+        db.execute("DELETE FROM _migrations WHERE name = 'workers.003_owner'")
+        db.execute(
+            "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at) VALUES ('old', 'h', 7, now())"
+        )
+    frozen = psycopg.connect(dsn, options=f"-c search_path={schema}")
+    frozen.execute("UPDATE tether_workers SET heartbeat_at = now() WHERE executor_id = 'old'")
+    return frozen
+
+
+def test_a_migration_beside_a_worker_stopped_mid_transaction_lets_go_and_says_so(
+    pg_url: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tether.sql._database as database
+
+    code, out, _ = _init(pg_url, capsys)
+    assert (code, out["ok"]) == (0, True), out
+    frozen = _as_before_round_eight(pg_url)
+    monkeypatch.setattr(database, "MIGRATION_LOCK_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(database, "MIGRATION_TRIES", 2, raising=False)
+    result: list[tuple[int, dict[str, Any], str]] = []
+    upgrade = threading.Thread(target=lambda: result.append(_init(pg_url, capsys)), daemon=True)
+    try:
+        upgrade.start()
+        upgrade.join(timeout=60)  # a safety net for the test itself: it waited for good
+        assert result, "tether db init waited for good behind the stopped worker's transaction"
+    finally:
+        frozen.rollback()  # the stopped worker goes on (or is killed): its transaction ends
+        upgrade.join()
+    [(code, out, err)] = result[:1]
+    assert (code, out["error"]) == (6, "store_busy"), out
+    assert "workers.003_owner" in out["message"] and "run the command again" in out["message"], out
+    assert "unexpected error" not in err
+    frozen.execute("UPDATE tether_workers SET heartbeat_at = now() WHERE executor_id = 'old'")
+    frozen.commit()  # the old worker's heartbeat was never cut short by the migration
+    frozen.close()
+    code, out, _ = _init(pg_url, capsys)  # run again once that session is gone: it applies
+    assert (code, out["ok"]) == (0, True), out
+    import psycopg
+
+    dsn, _, schema = pg_url.partition("?schema=")
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"SET search_path = {schema}")
+        columns = "SELECT column_name FROM information_schema.columns WHERE table_schema = %s"
+        cols = {r[0] for r in db.execute(columns + " AND table_name = 'tether_workers'", (schema,))}
+        names = {r[0] for r in db.execute("SELECT name FROM _migrations")}
+    assert {"owner", "owner_since"} <= cols and "workers.003_owner" in names

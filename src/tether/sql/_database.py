@@ -42,6 +42,17 @@ Migration = tuple[str, Callable[[Connection], None]]
 P = ParamSpec("P")
 T = TypeVar("T")
 _RETRIES = 3
+# A PostgreSQL migration's DDL waits this long for its table's lock, then lets go and tries again.
+MIGRATION_LOCK_WAIT_S = 5.0
+MIGRATION_TRIES = 6
+
+
+class MigrationBusy(StoreUnavailable):
+    """A migration's DDL could not take its table's lock on any try: another session held the
+    table (a worker of any release inside a transaction, or one stopped in the middle of one).
+    Nothing of the migration was written; it may be run again as it is."""
+
+    reason = "store_busy"
 
 
 def _create(concern: str) -> Callable[[Connection], None]:
@@ -106,6 +117,13 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def busy(err: BaseException) -> bool:
+    """Whether ``err`` says a store was held by another session (a SQLite file past its busy
+    timeout, a PostgreSQL table a migration could not lock): no fault of the caller's, the
+    transaction that waited wrote nothing, and the same operation may be asked again."""
+    return held(err) or isinstance(err, MigrationBusy)
 
 
 def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
@@ -271,7 +289,18 @@ class Database:
         if self.dialect == "postgresql":
             self._ensure_schema()
         todo = tuple(MIGRATIONS[concern] if steps is None else steps)
-        done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+        for attempt in range(1, MIGRATION_TRIES + 1):
+            try:
+                done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+                break
+            except MigrationBusy as err:
+                if attempt == MIGRATION_TRIES:
+                    raise MigrationBusy(
+                        f"{self._key}: migration {err} could not take its table's lock"
+                        f" ({MIGRATION_TRIES} tries of {MIGRATION_LOCK_WAIT_S:g} s): another session"
+                        " holds it (a worker of any release inside a transaction, or stopped in one:"
+                        " pg_stat_activity, state 'idle in transaction'); nothing of it was written"
+                    ) from None
         self._migrated.add(concern)
         return done
 
@@ -432,12 +461,21 @@ class _Lost(Exception):
 def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> list[str]:
     if dialect == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
+        # A DDL statement queued for its table's lock behind a worker's transaction holds up
+        # every later statement on that table (every worker's heartbeat: the deployment stalls,
+        # for good when that worker is stopped mid-transaction). It lets go instead (``migrate``).
+        conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))
     done = []
     for name, step in steps:
         if name not in applied:
-            step(conn)
+            try:
+                step(conn)
+            except DBAPIError as err:
+                if getattr(err.orig, "sqlstate", None) == "55P03":  # lock_not_available
+                    raise MigrationBusy(name) from None
+                raise
             conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
             done.append(name)
     return done
