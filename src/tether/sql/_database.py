@@ -383,8 +383,8 @@ class Database:
             f"database is locked: {self.path} (another connection held its write lock past the"
             f" {self.busy_timeout_s:g} s busy timeout)"
         )
-        named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)  # type: ignore[attr-defined]
-        named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")  # type: ignore[attr-defined]
+        named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)
+        named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")
         return named
 
     def _pg_attempt(self, fn: Callable[[Connection], T]) -> T:
