@@ -9,7 +9,9 @@ for reads, ``synchronous=NORMAL`` (a commit survives a process crash: what the e
 exactly-once is proven against). Writers of one process queue on an in-process lock per file.
 PostgreSQL: one pool per ``Database``; a connection lost *before* the commit is retried, one lost
 during the commit raises ``StoreUnavailable`` (outcome unknown). ``migrate(concern)`` applies the
-concern's named migrations not yet in ``_migrations``, in one transaction, serialised across processes.
+concern's named migrations not yet in ``_migrations``, in one transaction, serialised across processes;
+on PostgreSQL its DDL waits ``MIGRATION_LOCK_WAIT_S`` for a table's lock, lets go and tries again
+(``MigrationBusy`` after ``MIGRATION_TRIES``). ``busy(err)``: a store another session held.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ def held(err: BaseException) -> bool:
     orig = getattr(err, "orig", None) or err
     if not isinstance(orig, sqlite3.OperationalError):
         return False
-    return getattr(orig, "sqlite_errorcode", None) in _HELD or str(orig).startswith("database is locked")
+    code = getattr(orig, "sqlite_errorcode", None)  # extended: its low byte is the primary code
+    return (isinstance(code, int) and code & 0xFF in _HELD) or str(orig).startswith("database is locked")
 
 
 def connect(
