@@ -83,6 +83,7 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     import traceback
 
     from tether.clisupport.output import EXIT_CODES, fail
+    from tether.sql._database import busy
 
     debug = bool(os.environ.get("TETHER_DEBUG"))
     if debug:
@@ -92,6 +93,14 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
     as_json = bool(getattr(args, "json", False))
+    if busy(err):  # no bug: another process (a worker, of any release) held a store's file
+        why = (
+            f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"
+            " command, of this release or another) held its write lock. The transaction that waited"
+            " wrote nothing: run the command again once that process is done or stopped"
+        )
+        code = EXIT_CODES["dependency_unavailable"]
+        return fail(f"tether {args.command}", why, as_json=as_json, code=code, error="store_busy")
     code = EXIT_CODES["internal_error"]
     return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
 

@@ -276,9 +276,13 @@ class UserStore:
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
-            conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
+            conn.execute(
+                "INSERT INTO users (name, password_hash, created_at, disabled) VALUES (?, ?, ?, 0)",
+                (name, hashed, _ts(_now())),
+            )
             conn.executemany(
-                "INSERT INTO grants VALUES (?, ?, ?)", [(name, t, r) for t, r in (grants or {}).items()]
+                "INSERT INTO grants (user, tenant, role) VALUES (?, ?, ?)",
+                [(name, t, r) for t, r in (grants or {}).items()],
             )
 
     def set_password(self, name: str, password: str) -> None:
@@ -321,7 +325,8 @@ class UserStore:
             if not conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("unknown_user", f"no user {name}")
             conn.execute(
-                "INSERT INTO grants VALUES (?, ?, ?) ON CONFLICT (user, tenant) DO UPDATE SET role = ?",
+                "INSERT INTO grants (user, tenant, role) VALUES (?, ?, ?)"
+                " ON CONFLICT (user, tenant) DO UPDATE SET role = ?",
                 (name, tenant, role, role),
             )
 
@@ -376,7 +381,8 @@ class UserStore:
         now = _now()
         expires = _ts(now + timedelta(days=days)) if days is not None else None
         self._write(
-            "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
+            "INSERT INTO tokens (id, user, secret_hash, label, created_at, expires_at, revoked)"
+            " VALUES (?, ?, ?, ?, ?, ?, 0)",
             (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
         )
         return secret, TokenInfo(token_id, name, label[:200], _ts(now), expires, False)

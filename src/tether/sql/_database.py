@@ -9,7 +9,9 @@ for reads, ``synchronous=NORMAL`` (a commit survives a process crash: what the e
 exactly-once is proven against). Writers of one process queue on an in-process lock per file.
 PostgreSQL: one pool per ``Database``; a connection lost *before* the commit is retried, one lost
 during the commit raises ``StoreUnavailable`` (outcome unknown). ``migrate(concern)`` applies the
-concern's named migrations not yet in ``_migrations``, in one transaction, serialised across processes.
+concern's named migrations not yet in ``_migrations``, in one transaction, serialised across processes;
+on PostgreSQL its DDL waits ``MIGRATION_LOCK_WAIT_S`` for a table's lock, lets go and tries again
+(``MigrationBusy`` after ``MIGRATION_TRIES``). ``busy(err)``: a store another session held.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
-from tether.sql._sqlite import setup
+from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
@@ -42,6 +44,17 @@ Migration = tuple[str, Callable[[Connection], None]]
 P = ParamSpec("P")
 T = TypeVar("T")
 _RETRIES = 3
+# A PostgreSQL migration's DDL waits this long for its table's lock, then lets go and tries again.
+MIGRATION_LOCK_WAIT_S = 5.0
+MIGRATION_TRIES = 6
+
+
+class MigrationBusy(StoreUnavailable):
+    """A migration's DDL could not take its table's lock on any try: another session held the
+    table (a worker of any release inside a transaction, or one stopped in the middle of one).
+    Nothing of the migration was written; it may be run again as it is."""
+
+    reason = "store_busy"
 
 
 def _create(concern: str) -> Callable[[Connection], None]:
@@ -106,6 +119,13 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def busy(err: BaseException) -> bool:
+    """Whether ``err`` says a store was held by another session (a SQLite file past its busy
+    timeout, a PostgreSQL table a migration could not lock): no fault of the caller's, the
+    transaction that waited wrote nothing, and the same operation may be asked again."""
+    return held(err) or isinstance(err, MigrationBusy)
 
 
 def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
@@ -271,7 +291,18 @@ class Database:
         if self.dialect == "postgresql":
             self._ensure_schema()
         todo = tuple(MIGRATIONS[concern] if steps is None else steps)
-        done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+        for attempt in range(1, MIGRATION_TRIES + 1):
+            try:
+                done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+                break
+            except MigrationBusy as err:
+                if attempt == MIGRATION_TRIES:
+                    raise MigrationBusy(
+                        f"{self._key}: migration {err} could not take its table's lock"
+                        f" ({MIGRATION_TRIES} tries of {MIGRATION_LOCK_WAIT_S:g} s): another session"
+                        " holds it (a worker of any release inside a transaction, or stopped in one:"
+                        " pg_stat_activity, state 'idle in transaction'); nothing of it was written"
+                    ) from None
         self._migrated.add(concern)
         return done
 
@@ -334,8 +365,8 @@ class Database:
             try:
                 with self.transaction(write=write) as conn:
                     return fn(conn)
-            except StatementError as err:
-                raise _unwrapped(err) from None
+            except (StatementError, sqlite3.OperationalError) as err:
+                raise self._named(err) from None
         for attempt in range(_RETRIES):
             try:
                 return self._pg_attempt(fn)
@@ -343,6 +374,20 @@ class Database:
                 if attempt == _RETRIES - 1:
                     raise StoreUnavailable(f"{self._key}: {lost}") from None
         raise AssertionError("unreachable")
+
+    def _named(self, err: StatementError | sqlite3.OperationalError) -> BaseException:
+        """The driver's own error; one for a file another writer held names the file (SQLite's
+        says only "database is locked"), as the same type."""
+        orig = _unwrapped(err) if isinstance(err, StatementError) else err
+        if not held(orig) or self.path is None or str(self.path) in str(orig):
+            return orig
+        named = sqlite3.OperationalError(
+            f"database is locked: {self.path} (another connection held its write lock past the"
+            f" {self.busy_timeout_s:g} s busy timeout)"
+        )
+        named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)
+        named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")
+        return named
 
     def _pg_attempt(self, fn: Callable[[Connection], T]) -> T:
         import psycopg
@@ -418,12 +463,21 @@ class _Lost(Exception):
 def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> list[str]:
     if dialect == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
+        # A DDL statement queued for its table's lock behind a worker's transaction holds up
+        # every later statement on that table (every worker's heartbeat: the deployment stalls,
+        # for good when that worker is stopped mid-transaction). It lets go instead (``migrate``).
+        conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))
     done = []
     for name, step in steps:
         if name not in applied:
-            step(conn)
+            try:
+                step(conn)
+            except DBAPIError as err:
+                if getattr(err.orig, "sqlstate", None) == "55P03":  # lock_not_available
+                    raise MigrationBusy(name) from None
+                raise
             conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
             done.append(name)
     return done

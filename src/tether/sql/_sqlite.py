@@ -14,6 +14,21 @@ def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:
     conn.execute(f"PRAGMA synchronous={synchronous}")
 
 
+# SQLite's result codes for a file another connection holds (SQLITE_BUSY, SQLITE_LOCKED).
+_HELD = (5, 6)
+
+
+def held(err: BaseException) -> bool:
+    """Whether ``err`` (the driver's, or SQLAlchemy's wrapper of it) is a SQLite file another
+    writer held past the busy timeout: not a fault of the caller's, nothing of its transaction
+    written, the same operation may be asked again."""
+    orig = getattr(err, "orig", None) or err
+    if not isinstance(orig, sqlite3.OperationalError):
+        return False
+    code = getattr(orig, "sqlite_errorcode", None)  # extended: its low byte is the primary code
+    return (isinstance(code, int) and code & 0xFF in _HELD) or str(orig).startswith("database is locked")
+
+
 def connect(
     path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: str = "NORMAL"
 ) -> sqlite3.Connection:
