@@ -1,0 +1,110 @@
+"""A seventeenth round of attacks (helper ``attack17``), aimed at the runners other than the agent
+loop and at the seams between them: workflows, plans, the proposal desk, resumes and child runs.
+
+1. **another tenant's run id**: a run id can be chosen (``run_workflow(run_id=...)``,
+   ``run_plan(run_id=...)``, ``tether submit --run-id``), and the effect ledger's key was the run
+   id, step, call id, tool and arguments, none of them the tenant's: a second tenant running the
+   same workflow under the first one's run id had the first tenant's recorded outcome replayed
+   to it (the export of the first tenant's ledger, its data), and its own export never ran. The
+   key now names the tenant (``idempotency_key(tenant=...)``, passed by the chokepoint for every
+   effect): another tenant's call is its own effect; the same tenant's continuation still replays.
+
+Each test runs a real host with a real SQLite approval store, checks what the tools received (the
+attack did not get through) AND that the legitimate version of the same flow still works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field
+
+from tether import Host, tool
+from tether.core.stop import StopReason
+from tether.core.types import Effect
+from tether.policy._approvals import Approvals
+from tether.policy._rules import Policy
+from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.policy._trusted import TrustedContext
+from tether.runners._plan import ExtractionRequest, Plan, PlannedCall, run_plan
+from tether.runners._workflow import Step, Workflow
+from tether.tools._contract import ToolContext
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("T4", "T5")]
+
+ACME = TrustedContext(tenant="acme")
+GLOBEX = TrustedContext(tenant="globex")
+MONTH = "2026-11"
+
+
+class Books:
+    """Each tenant's ledger: an export is a side effect (it is logged, and sent to the tenant)."""
+
+    def __init__(self) -> None:
+        self.exports: list[tuple[str, str]] = []
+
+    def tools(self) -> list[Any]:
+        @tool(effect=Effect.WRITE)
+        async def export_ledger(
+            month: Annotated[str, Field(description="The month, YYYY-MM.")], ctx: ToolContext
+        ) -> dict[str, str]:
+            """Export the tenant's ledger for a month."""
+            self.exports.append((ctx.tenant, month))
+            return {"tenant": ctx.tenant, "rows": f"the books of {ctx.tenant}"}
+
+        return [export_ledger]
+
+
+def _host(tmp_path: Path, books: Books) -> Host:
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    policy = Policy(automatic_effects=(Effect.READ, Effect.WRITE))  # exports need no reviewer
+    host = Host(policy=policy, approvals=approvals, trace_dir=tmp_path)
+    host.add_tools(*books.tools())
+    return host
+
+
+class _PlanOnce:
+    async def plan(self, objective: str, tools: Sequence[dict[str, Any]]) -> Plan:
+        return Plan((PlannedCall("export_ledger", {"month": MONTH}),))
+
+
+class _NoExtractor:
+    async def extract(self, request: ExtractionRequest) -> Any:
+        raise AssertionError("nothing to extract")
+
+
+async def _export(host: Host, runner: str, context: TrustedContext, run_id: str) -> Any:
+    if runner == "workflow":
+        workflow = Workflow(
+            "export", [Step("books", "export_ledger", {"month": MONTH})], answer=lambda out: str(out["books"])
+        )
+        result = await host.run_workflow(workflow, "Export the books.", context=context, run_id=run_id)
+        assert result.stop_reason is StopReason.ACCEPTED, result.detail
+        return result.outputs["books"]
+    result = await run_plan(
+        host, _PlanOnce(), _NoExtractor(), "Export the books.", context=context, run_id=run_id
+    )
+    assert result.stop_reason is StopReason.ACCEPTED, result.detail
+    return result.observations[-1].data
+
+
+# -- 1. another tenant's run id -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", ["workflow", "plan"])
+async def test_another_tenants_run_id_never_replays_their_effect(tmp_path: Path, runner: str) -> None:
+    books = Books()
+    host = _host(tmp_path, books)
+    async with host:
+        theirs = await _export(host, runner, ACME, "books-1")
+        # The same tenant's continuation of its run replays the recorded export: no second one.
+        again = await _export(host, runner, ACME, "books-1")
+        assert again == theirs == {"tenant": "acme", "rows": "the books of acme"}
+        assert books.exports == [("acme", MONTH)]
+        # Another tenant under the same run id: its own export, never acme's books.
+        ours = await _export(host, runner, GLOBEX, "books-1")
+    assert ours == {"tenant": "globex", "rows": "the books of globex"}
+    assert books.exports == [("acme", MONTH), ("globex", MONTH)]
