@@ -8,6 +8,13 @@ loop and at the seams between them: workflows, plans, the proposal desk, resumes
    to it (the export of the first tenant's ledger, its data), and its own export never ran. The
    key now names the tenant (``idempotency_key(tenant=...)``, passed by the chokepoint for every
    effect): another tenant's call is its own effect; the same tenant's continuation still replays.
+2. **a proposal the policy let through, executed by another**: ``ProposalDesk.propose`` stores a
+   call that needs no approval as approved by ``policy:automatic``, and ``execute`` applies the
+   policy again, in the executor's context; but when the policy now asked a person (an intern's
+   payment of 5,000, which a treasurer's needs no review; a rule tightened since), settlement
+   took the automatic approval for a person's, and the payment ran unreviewed. An automatic
+   approval settles nothing the policy sends to a person (``not_reviewed``): proposed again, it
+   waits for a reviewer; the treasurer's own execution still runs at once.
 
 Each test runs a real host with a real SQLite approval store, checks what the tools received (the
 attack did not get through) AND that the legitimate version of the same flow still works.
@@ -25,10 +32,13 @@ from pydantic import Field
 from tether import Host, tool
 from tether.core.stop import StopReason
 from tether.core.types import Effect
-from tether.policy._approvals import Approvals
-from tether.policy._rules import Policy
+from tether.errors import ApprovalError
+from tether.policy._approvals import Approvals, Reviewer
+from tether.policy._rules import Decision, Policy, ProposedCall
 from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.policy._store import ProposalStatus
 from tether.policy._trusted import TrustedContext
+from tether.runners._desk import ProposalDesk
 from tether.runners._plan import ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.runners._workflow import Step, Workflow
 from tether.tools._contract import ToolContext
@@ -108,3 +118,60 @@ async def test_another_tenants_run_id_never_replays_their_effect(tmp_path: Path,
         ours = await _export(host, runner, GLOBEX, "books-1")
     assert ours == {"tenant": "globex", "rows": "the books of globex"}
     assert books.exports == [("acme", MONTH), ("globex", MONTH)]
+
+
+# -- 2. a proposal the policy let through, executed by another ------------------------------------
+
+TREASURER = TrustedContext(tenant="acme", user="tess", roles=frozenset({"treasurer"}))
+INTERN = TrustedContext(tenant="acme", user="ian", roles=frozenset({"intern"}))
+PAYMENT = '{"tool": "pay", "arguments": {"recipient": "DE89370400440532013000", "amount": 5000.0}}'
+
+
+class TreasurerPays:
+    """Payments need a reviewer unless a treasurer makes them."""
+
+    name = "treasury"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        if call.spec.name == "pay" and "treasurer" not in context.roles:
+            return Decision("approve", self.name, "treasurer_or_reviewer", {})
+        return None
+
+
+def _paying_host(tmp_path: Path, paid: list[tuple[str, float]]) -> Host:
+    @tool(effect=Effect.PURCHASE)
+    def pay(
+        recipient: Annotated[str, Field(description="Account.")],
+        amount: Annotated[float, Field(description="Amount in EUR.")],
+    ) -> str:
+        """Pay an account."""
+        paid.append((recipient, amount))
+        return "paid"
+
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    policy = Policy(automatic_effects=(Effect.READ, Effect.PURCHASE), rules=[TreasurerPays()])
+    host = Host(policy=policy, approvals=approvals, trace_dir=tmp_path)
+    host.add_tools(pay)
+    return host
+
+
+async def test_an_automatic_approval_is_no_persons_approval(tmp_path: Path) -> None:
+    paid: list[tuple[str, float]] = []
+    host = _paying_host(tmp_path, paid)
+    desk = ProposalDesk(host)
+    async with host:
+        proposed = await desk.propose(TREASURER, PAYMENT)
+        assert proposed.status is ProposalStatus.APPROVED  # the treasurer's needs no reviewer
+        with pytest.raises(ApprovalError) as refused:
+            await desk.execute(INTERN, proposed.id)
+        assert refused.value.reason == "not_approved" and "not_reviewed" in str(refused.value)
+        assert paid == []
+        # The treasurer's own execution runs at once, as before.
+        done = await desk.execute(TREASURER, proposed.id)
+        assert not done.replayed and paid == [("DE89370400440532013000", 5000.0)]
+        # The intern's payment waits for a person, and runs once approved.
+        asked = await desk.propose(INTERN, PAYMENT)
+        assert asked.status is ProposalStatus.PENDING
+        await desk.approve(Reviewer("ana", frozenset({"acme"})), asked.id)
+        await desk.execute(INTERN, asked.id)
+    assert paid == [("DE89370400440532013000", 5000.0)] * 2

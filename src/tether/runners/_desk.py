@@ -17,7 +17,7 @@ from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, PolicyError
-from tether.policy._approvals import Approvals, Review, Reviewer, idempotency_key
+from tether.policy._approvals import AUTOMATIC_APPROVAL, Approvals, Review, Reviewer, idempotency_key
 from tether.policy._intake import Proposal, parse_envelope
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.policy._trusted import TrustedContext
@@ -80,7 +80,7 @@ class ProposalDesk:
                 stored.id,
                 ProposalStatus.APPROVED,
                 allowed_from=frozenset({ProposalStatus.PENDING}),
-                actor="policy:automatic",
+                actor=AUTOMATIC_APPROVAL,
                 reason="no approval needed for this effect",
                 now=self.approvals.clock(),
             )
