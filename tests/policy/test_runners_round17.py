@@ -15,6 +15,11 @@ loop and at the seams between them: workflows, plans, the proposal desk, resumes
    took the automatic approval for a person's, and the payment ran unreviewed. An automatic
    approval settles nothing the policy sends to a person (``not_reviewed``): proposed again, it
    waits for a reviewer; the treasurer's own execution still runs at once.
+3. **a rollback after a run whose helper paid**: ``Host.rollback`` hands the workflow what the
+   failed agent run did, so its bounds count it; it handed ``failed.calls``, the run's own calls,
+   and what its subagent's child run did (folded into the run's inherited history) was lost: a
+   helper paid the 200 deposit, the run failed, and the workflow paid 200 again, unreviewed.
+   ``RunResult`` now carries the run's inherited history (``history()``), and a rollback counts it.
 
 Each test runs a real host with a real SQLite approval store, checks what the tools received (the
 attack did not get through) AND that the legitimate version of the same flow still works.
@@ -28,9 +33,13 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
+from test_provenance_round6 import CTX, HOTEL_IBAN, World
+from test_provenance_round11b import PAY_ONCE, _obeys, _pay
+from test_provenance_round11b import _host as _provenance_host
 
-from tether import Host, tool
-from tether.core.stop import StopReason
+from tether import Agent, Host, tool
+from tether.context import ContextConfig, Subagent
+from tether.core.stop import Limits, StopReason
 from tether.core.types import Effect
 from tether.errors import ApprovalError
 from tether.policy._approvals import Approvals, Reviewer
@@ -41,6 +50,7 @@ from tether.policy._trusted import TrustedContext
 from tether.runners._desk import ProposalDesk
 from tether.runners._plan import ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.runners._workflow import Step, Workflow
+from tether.testing import call
 from tether.tools._contract import ToolContext
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("T4", "T5")]
@@ -175,3 +185,39 @@ async def test_an_automatic_approval_is_no_persons_approval(tmp_path: Path) -> N
         await desk.approve(Reviewer("ana", frozenset({"acme"})), asked.id)
         await desk.execute(INTERN, asked.id)
     assert paid == [("DE89370400440532013000", 5000.0)] * 2
+
+
+# -- 3. a rollback after a run whose helper paid --------------------------------------------------
+
+
+async def _rolled_back_after_helper(*helper_calls: Any) -> tuple[World, str]:
+    """An agent run asks a helper (``helper_calls``), then reads until its step limit; the host
+    rolls back to a workflow that looks the hotel up and pays the 200 deposit."""
+    world = World(account=HOTEL_IBAN)
+    host = _provenance_host(world)
+    host.add_tools(world.get_hotels, world.pay_deposit)
+    helper = Subagent("helper", "Pays a deposit.", lambda: Agent("helper", _obeys(*helper_calls)))
+    reads = [call("get_hotels", city="Paris") for _ in range(8)]
+    agent = Agent(
+        "act",
+        _obeys(call("helper", task="Look up the Grand Hotel and pay its deposit."), *reads),
+        limits=Limits(max_steps=3),
+        context=ContextConfig(subagents=[helper]),
+    )
+    pay = {"recipient": HOTEL_IBAN, "amount": 200.0}
+    steps = [Step("hotels", "get_hotels", {"city": "Paris"}), Step("pay", "pay_deposit", pay)]
+    workflow = Workflow("book", steps, answer=lambda out: "paid")
+    async with host:
+        failed = await host.run(agent, PAY_ONCE, context=CTX)
+        assert not failed.ok
+        result = await host.rollback(failed, workflow, PAY_ONCE, context=CTX)
+    return world, str(result.stop_reason)
+
+
+async def test_a_rollback_counts_what_the_failed_runs_helper_paid() -> None:
+    paid = ("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 200.0})
+    world, stop = await _rolled_back_after_helper(call("get_hotels", city="Paris"), _pay())
+    assert world.received == [paid] and stop == "policy_denied"  # not a second 200
+    # A helper that paid nothing: the workflow pays the deposit, unreviewed, as before.
+    world, stop = await _rolled_back_after_helper(call("get_hotels", city="Paris"))
+    assert world.received == [paid] and stop == "accepted"

@@ -440,6 +440,8 @@ class RunScope:
             outputs=s.outputs,
             observations=s.observations,
             pending_proposals=list(s.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
+            inherited_observations=list(s.inherited_observations),
+            inherited_calls=list(s.inherited_calls),
         )
         return self._finished
 
