@@ -20,6 +20,12 @@ loop and at the seams between them: workflows, plans, the proposal desk, resumes
    and what its subagent's child run did (folded into the run's inherited history) was lost: a
    helper paid the 200 deposit, the run failed, and the workflow paid 200 again, unreviewed.
    ``RunResult`` now carries the run's inherited history (``history()``), and a rollback counts it.
+4. **another tenant's paused run, squatted**: a workflow or a plan run under a chosen run id
+   whose checkpoint was another tenant's started as a new run under that id: its events went
+   into that run's trace, and its own pause or refusal overwrote the paused run's checkpoint
+   (the other tenant's continuation then started afresh, forgetting what its run had done and
+   paid). Such a run stops ``approval_denied`` (``run_id_taken``), traced apart, saving nothing; the
+   tenant's own continuation goes on as before.
 
 Each test runs a real host with a real SQLite approval store, checks what the tools received (the
 attack did not get through) AND that the legitimate version of the same flow still works.
@@ -96,19 +102,22 @@ class _NoExtractor:
         raise AssertionError("nothing to extract")
 
 
-async def _export(host: Host, runner: str, context: TrustedContext, run_id: str) -> Any:
+async def _export(
+    host: Host, runner: str, context: TrustedContext, run_id: str, stop: StopReason = StopReason.ACCEPTED
+) -> Any:
+    """Export the books by a workflow or a plan under ``run_id``; the export's data when it ran."""
     if runner == "workflow":
         workflow = Workflow(
             "export", [Step("books", "export_ledger", {"month": MONTH})], answer=lambda out: str(out["books"])
         )
         result = await host.run_workflow(workflow, "Export the books.", context=context, run_id=run_id)
-        assert result.stop_reason is StopReason.ACCEPTED, result.detail
-        return result.outputs["books"]
-    result = await run_plan(
-        host, _PlanOnce(), _NoExtractor(), "Export the books.", context=context, run_id=run_id
-    )
-    assert result.stop_reason is StopReason.ACCEPTED, result.detail
-    return result.observations[-1].data
+    else:
+        result = await run_plan(
+            host, _PlanOnce(), _NoExtractor(), "Export the books.", context=context, run_id=run_id
+        )
+    assert result.stop_reason is stop, result.detail
+    exported = [o for o in result.observations if o.tool == "export_ledger"]
+    return exported[-1].data if exported else None
 
 
 # -- 1. another tenant's run id -----------------------------------------------------------------------
@@ -221,3 +230,30 @@ async def test_a_rollback_counts_what_the_failed_runs_helper_paid() -> None:
     # A helper that paid nothing: the workflow pays the deposit, unreviewed, as before.
     world, stop = await _rolled_back_after_helper(call("get_hotels", city="Paris"))
     assert world.received == [paid] and stop == "accepted"
+
+
+# -- 4. another tenant's paused run, squatted -----------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", ["workflow", "plan"])
+async def test_another_tenants_paused_run_is_not_overwritten(tmp_path: Path, runner: str) -> None:
+    books = Books()
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    host = Host(approvals=approvals, trace_dir=tmp_path)  # an export needs a reviewer
+    host.add_tools(*books.tools())
+    async with host:
+        await _export(host, runner, ACME, "books-1", StopReason.APPROVAL_REQUIRED)
+        before = await approvals.store.load_checkpoint("books-1")
+        assert before is not None and before.status == "paused"
+        assert await _export(host, runner, GLOBEX, "books-1", StopReason.APPROVAL_DENIED) is None
+        after = await approvals.store.load_checkpoint("books-1")
+        assert after is not None and (after.state, after.status) == (before.state, before.status)
+        assert "globex" not in (tmp_path / "books-1.jsonl").read_text()
+        [refused] = tmp_path.glob("books-1-refused-*.jsonl")  # its own trace says why
+        assert "globex" in refused.read_text() and "run_id_taken" in refused.read_text()
+        # Acme's reviewer approves; acme's continuation runs its export, once.
+        [pending] = await approvals.store.list_proposals(status=ProposalStatus.PENDING)
+        await approvals.approve(Reviewer("ana", frozenset({"acme"})), pending.id)
+        done = await _export(host, runner, ACME, "books-1")
+    assert done == {"tenant": "acme", "rows": "the books of acme"}
+    assert books.exports == [("acme", MONTH)]
