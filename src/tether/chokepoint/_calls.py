@@ -22,8 +22,8 @@ from tether.core.messages import ToolMessage
 from tether.core.stop import StopReason
 from tether.core.types import Decision, GateOutcome, Observation, ToolCall, Trust
 from tether.errors import ApprovalError
-from tether.policy._approvals import AUTOMATIC_APPROVAL
 from tether.policy._intake import Proposal, content_hash
+from tether.policy._store import AUTOMATIC_APPROVAL
 from tether.runs._checkpoint import state_to_json
 from tether.runs._values import CallRecord, RunState
 from tether.tools._contract import ToolContext, ToolSpec

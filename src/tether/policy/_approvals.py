@@ -50,7 +50,6 @@ from tether.sql._postgres import StoreUnavailable
 
 __all__ = [
     "ALL_TENANTS",
-    "AUTOMATIC_APPROVAL",
     "Approvals",
     "EffectOutcome",
     "Reconciler",
@@ -59,11 +58,6 @@ __all__ = [
     "idempotency_key",
     "owner_dead",
 ]
-
-
-# Who approved a proposal no person had to review (``ProposalDesk.propose``, the policy allowing
-# it for the proposer's context as it then was): never a person's approval.
-AUTOMATIC_APPROVAL = "policy:automatic"
 
 
 class _AllTenants(enum.Enum):

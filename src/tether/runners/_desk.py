@@ -17,9 +17,9 @@ from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, PolicyError
-from tether.policy._approvals import AUTOMATIC_APPROVAL, Approvals, Review, Reviewer, idempotency_key
+from tether.policy._approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy._intake import Proposal, parse_envelope
-from tether.policy._store import ProposalStatus, StoredProposal
+from tether.policy._store import AUTOMATIC_APPROVAL, ProposalStatus, StoredProposal
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 
