@@ -64,9 +64,10 @@ class Host(HostCore):
             "disabled_sources": sorted(self.disabled_sources),
             "disabled_memory": sorted(self.disabled_memory),
         }
-        # What the failed run did happened: the workflow's bounds count it (a deposit it paid
-        # before it failed is not paid again unreviewed).
-        done = (failed.observations, failed.calls)
+        # What the failed run did happened, its child runs' effects included (a subagent's
+        # payment): the workflow's bounds count it (a deposit paid before it failed is not paid
+        # again unreviewed).
+        done = failed.history()
         return await run_workflow(self, workflow, objective, context, rollback_from=rollback, inherited=done)
 
     def run_sync(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:

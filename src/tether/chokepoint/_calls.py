@@ -23,6 +23,7 @@ from tether.core.stop import StopReason
 from tether.core.types import Decision, GateOutcome, Observation, ToolCall, Trust
 from tether.errors import ApprovalError
 from tether.policy._intake import Proposal, content_hash
+from tether.policy._store import AUTOMATIC_APPROVAL
 from tether.runs._checkpoint import state_to_json
 from tether.runs._values import CallRecord, RunState
 from tether.tools._contract import ToolContext, ToolSpec
@@ -209,6 +210,10 @@ async def _settle_one(
     mismatch = None if approvals.intact(stored) else "tampered"
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
         mismatch = "content_mismatch"
+    elif mismatch is None and stored.status.value == "approved" and stored.decided_by == AUTOMATIC_APPROVAL:
+        # The policy let it through for the context that proposed it, as the policy then was; it
+        # now asks a person (another user's roles, a tightened rule): no person approved it.
+        mismatch = "not_reviewed"
     if mismatch is not None:
         t.emit(
             EventKind.APPROVAL_DENIED,

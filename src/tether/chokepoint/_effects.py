@@ -75,7 +75,9 @@ async def run_effect(
     outcome for its key. Returns the observation (replayed or reconciled ones passed through
     ``finish``) and a programming error if the tool crashed. Raises ``ApprovalError`` when the
     outcome is unknown or another process holds the call too long."""
-    key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
+    key = key or idempotency_key(
+        context.run_id, step, context.call_id, spec.name, arguments, tenant=context.tenant
+    )
     ctx = replace(context, idempotency_key=key)
 
     fresh: list[Observation] = []

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "AUTOMATIC_APPROVAL",
     "ApprovalEvent",
     "ApprovalStore",
     "Checkpoint",
@@ -34,6 +35,11 @@ __all__ = [
     "ResumeHold",
     "StoredProposal",
 ]
+
+
+# Who approved a proposal no person had to review (``ProposalDesk.propose``: the policy allowed
+# it for the proposer's context as it then was): never a person's approval.
+AUTOMATIC_APPROVAL = "policy:automatic"
 
 
 class ProposalStatus(StrEnum):

@@ -19,7 +19,7 @@ from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, PolicyError
 from tether.policy._approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy._intake import Proposal, parse_envelope
-from tether.policy._store import ProposalStatus, StoredProposal
+from tether.policy._store import AUTOMATIC_APPROVAL, ProposalStatus, StoredProposal
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 
@@ -80,7 +80,7 @@ class ProposalDesk:
                 stored.id,
                 ProposalStatus.APPROVED,
                 allowed_from=frozenset({ProposalStatus.PENDING}),
-                actor="policy:automatic",
+                actor=AUTOMATIC_APPROVAL,
                 reason="no approval needed for this effect",
                 now=self.approvals.clock(),
             )
@@ -158,7 +158,7 @@ class ProposalDesk:
             raise turn.crashes[0][1]
         obs = turn.observations[call_id]
         key = obs.meta.get("idempotency_key") or idempotency_key(
-            run_id, step, call_id, p.tool, json.loads(p.arguments)
+            run_id, step, call_id, p.tool, json.loads(p.arguments), tenant=context.tenant
         )
         return Execution(p.id, str(key), obs, bool(obs.meta.get("replayed")))
 

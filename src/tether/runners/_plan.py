@@ -114,9 +114,11 @@ async def run_plan(
     await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
+    await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
     offered = host.offered()
     await run.start(offered)
-    await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
+    if run.taken:
+        return await run.finish(StopReason.APPROVAL_DENIED, detail=run.taken)
     plan = await planner.plan(objective, [s.wire() for s in offered])
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
     scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)

@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -301,6 +302,7 @@ class RunScope:
         self._finished: RunResult | None = None
         self._earlier: list[CallRecord] = []  # the own calls of the attempt this run continues
         self._continued = False  # ``continue_earlier`` found an earlier attempt
+        self.taken = ""  # why the run may not go on under its run id (``continue_earlier``)
 
     @property
     def run_id(self) -> str:
@@ -308,14 +310,26 @@ class RunScope:
 
     async def continue_earlier(self) -> RunState | None:
         """Start from what an earlier attempt of this run id did (a workflow or a plan run again
-        with ``run_id=`` after it paused), as its checkpoint holds it, if it was this tenant's
-        run: its effects happened, so its calls and those of its child runs are this run's
-        history (every bound counts them). Returns that state (``None`` for a new run)."""
+        with ``run_id=`` after it paused), as its checkpoint holds it: its effects happened, so
+        its calls and those of its child runs are this run's history (every bound counts them).
+        Returns that state (``None`` for a new run). Call it before ``start``.
+
+        A run id can be chosen: under one whose checkpoint is another tenant's, the run is
+        refused (``taken`` says why: the runner stops ``approval_denied``), traced in a file of
+        its own and saving nothing. Run as a new run, it overwrote that tenant's checkpoint (its
+        paused run, what it had paid) with its own, and wrote its events into that run's trace."""
         approvals = self.host.approvals
         if self.resumed is not None or approvals is None:
             return None
         saved = await approvals.store.load_checkpoint(self.state.run_id)
-        if saved is None or checkpoint_tenant(saved.state) != self.state.context.tenant:
+        if saved is None:
+            return None
+        if checkpoint_tenant(saved.state) != self.state.context.tenant:
+            self.taken = f"run_id_taken: run id {self.run_id} is another tenant's run: choose another"
+            self.tracer.close()
+            self.tracer, self.trace_path = self.host.new_tracer(
+                f"{self.run_id}-refused-{uuid.uuid4().hex[:8]}"
+            )
             return None
         earlier, s = state_from_json(saved.state), self.state
         s.inherited_observations = [*earlier.inherited_observations, *s.inherited_observations]
@@ -440,6 +454,8 @@ class RunScope:
             outputs=s.outputs,
             observations=s.observations,
             pending_proposals=list(s.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
+            inherited_observations=list(s.inherited_observations),
+            inherited_calls=list(s.inherited_calls),
         )
         return self._finished
 

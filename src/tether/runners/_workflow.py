@@ -92,11 +92,13 @@ async def _run(
     state = run.state
     if inherited is not None:
         state.inherited_observations, state.inherited_calls = list(inherited[0]), list(inherited[1])
+    finished = await _continued(run, workflow)  # before anything is traced under the run id
     scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
     await run.start(scope.offered, workflow=workflow.name)
     if rollback_from is not None:
         run.tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
-    finished = await _continued(run, workflow)
+    if run.taken:
+        return await run.finish(StopReason.APPROVAL_DENIED, detail=run.taken)
     reason, detail, answer = StopReason.ACCEPTED, "", None
     try:
         for i, step in enumerate(workflow.steps, 1):

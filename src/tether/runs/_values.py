@@ -122,10 +122,19 @@ class RunResult:
     outputs: dict[str, Any] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)  # what the tools returned (evals)
     pending_proposals: list[str] = field(default_factory=list)  # what an approval_required run waits for
+    # The run's history before its own calls: what it was handed (a child's parent's, a rollback's
+    # failed run's) and what its child runs did (a subagent's payment). It happened too.
+    inherited_observations: list[Observation] = field(default_factory=list)
+    inherited_calls: list[CallRecord] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.stop_reason is StopReason.ACCEPTED
+
+    def history(self) -> tuple[list[Observation], list[CallRecord]]:
+        """Everything the run's effects and reads were, its child runs' included: what a run that
+        takes over from it (``Host.rollback``) must count as done."""
+        return [*self.inherited_observations, *self.observations], [*self.inherited_calls, *self.calls]
 
     def kinds(self) -> list[str]:
         return [str(e.kind) for e in self.events]
