@@ -65,7 +65,7 @@ async def test_review_shows_exactly_what_runs_and_execute_runs_the_stored_argume
     assert approved.decided_by == "reviewer:alpha-manager" and approved.decided_at is not None
     first = await d.execute(ALPHA, p.id)
     assert not first.replayed and first.data["note"] == "Call back on Monday."
-    assert first.key == idempotency_key(p.id, 0, p.id, "add_note", review.arguments, tenant=ALPHA.tenant)
+    assert first.key == idempotency_key(p.id, 0, p.id, "add_note", review.arguments)
     assert first.data["key"] == first.key  # the tool received the idempotency key
 
     again = await d.execute(ALPHA, p.id)  # a replay: the first result, no second effect
@@ -236,7 +236,7 @@ async def test_proposals_survive_reopening_the_store(tmp_path: Path) -> None:
     names = [
         r[0] for r in sqlite3.connect(tmp_path / "a.db").execute("SELECT name FROM _migrations ORDER BY 1")
     ]
-    assert names == ["approvals.001_tables", "approvals.002_resume_claims"]
+    assert names == ["approvals.001_tables", "approvals.002_resume_claims", "approvals.003_ledger_tenant"]
 
 
 @pytest.mark.spec("T5")

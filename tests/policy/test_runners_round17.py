@@ -6,8 +6,10 @@ loop and at the seams between them: workflows, plans, the proposal desk, resumes
    id, step, call id, tool and arguments, none of them the tenant's: a second tenant running the
    same workflow under the first one's run id had the first tenant's recorded outcome replayed
    to it (the export of the first tenant's ledger, its data), and its own export never ran. The
-   key now names the tenant (``idempotency_key(tenant=...)``, passed by the chokepoint for every
-   effect): another tenant's call is its own effect; the same tenant's continuation still replays.
+   ledger now keeps each entry's tenant (``effect_ledger.tenant``, migration
+   ``approvals.003_ledger_tenant``): another tenant's call under that key is refused
+   (``run_id_taken``), never replayed; the same tenant's continuation still replays. The key
+   itself is unchanged, so entries earlier releases wrote are found after an upgrade.
 2. **a proposal the policy let through, executed by another**: ``ProposalDesk.propose`` stores a
    call that needs no approval as approved by ``policy:automatic``, and ``execute`` applies the
    policy again, in the executor's context; but when the policy now asked a person (an intern's
@@ -133,8 +135,13 @@ async def test_another_tenants_run_id_never_replays_their_effect(tmp_path: Path,
         again = await _export(host, runner, ACME, "books-1")
         assert again == theirs == {"tenant": "acme", "rows": "the books of acme"}
         assert books.exports == [("acme", MONTH)]
-        # Another tenant under the same run id: its own export, never acme's books.
-        ours = await _export(host, runner, GLOBEX, "books-1")
+        # Another tenant under the same run id: refused at the ledger (the key is acme's effect,
+        # kept with its tenant), never handed acme's books; keys stay what earlier releases
+        # wrote, so a rolling upgrade still finds every recorded effect.
+        refused = await _export(host, runner, GLOBEX, "books-1", StopReason.APPROVAL_REQUIRED)
+        assert refused is None and books.exports == [("acme", MONTH)]
+        # Under a run id of its own, globex exports its own books.
+        ours = await _export(host, runner, GLOBEX, "books-2")
     assert ours == {"tenant": "globex", "rows": "the books of globex"}
     assert books.exports == [("acme", MONTH), ("globex", MONTH)]
 

@@ -451,7 +451,7 @@ class HostCore:
         key = None
         if pauses:
             attempt = f"{o.call.id}#after-pause-{pauses}"
-            key = idempotency_key(s.run_id, s.steps, attempt, spec.name, arguments, tenant=ctx.tenant)
+            key = idempotency_key(s.run_id, s.steps, attempt, spec.name, arguments)
 
         async def run(context: ToolContext) -> Executed:
             return await self._run_tool(spec, arguments, context)

@@ -75,9 +75,7 @@ async def run_effect(
     outcome for its key. Returns the observation (replayed or reconciled ones passed through
     ``finish``) and a programming error if the tool crashed. Raises ``ApprovalError`` when the
     outcome is unknown or another process holds the call too long."""
-    key = key or idempotency_key(
-        context.run_id, step, context.call_id, spec.name, arguments, tenant=context.tenant
-    )
+    key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
     ctx = replace(context, idempotency_key=key)
 
     fresh: list[Observation] = []
@@ -102,6 +100,7 @@ async def run_effect(
             timeout_s=spec.timeout_s,
             proposal_id=proposal_id,
             run_id=context.run_id,
+            tenant=context.tenant,
             on_event=on_event,
         )
     except ToolCrashed as crashed:

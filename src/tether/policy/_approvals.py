@@ -317,6 +317,7 @@ class Approvals:
         timeout_s: float = 30.0,
         proposal_id: str | None = None,
         run_id: str | None = None,
+        tenant: str | None = None,
         on_event: Callable[..., Any] | None = None,
     ) -> EffectOutcome:
         """Run ``call`` at most once for ``key``, recording intent before and outcome after.
@@ -324,7 +325,8 @@ class Approvals:
         ``call`` returns the JSON-ready outcome. If ``call`` raises, the outcome is unknown:
         the entry is left for reconciliation and the exception propagates. Raises
         ``ApprovalError`` (``outcome_unknown`` when a person must decide, ``in_progress`` when
-        another live process holds the call beyond ``wait_s``, ``key_conflict``).
+        another live process holds the call beyond ``wait_s``, ``key_conflict``, ``run_id_taken``
+        for another tenant's recorded call).
         """
         emit = on_event or (lambda *a, **k: None)
         args_hash = content_hash(tool, arguments)
@@ -343,6 +345,7 @@ class Approvals:
                 owner_dead=owner_dead,
                 proposal_id=proposal_id,
                 run_id=run_id,
+                tenant=tenant,
             )
             if claim.action == "done":
                 await self._event(proposal_id, "replayed", key)

@@ -59,25 +59,12 @@ class EffectOutcome:
     attempts: int = 1
 
 
-def idempotency_key(
-    run_id: str,
-    step: int,
-    call_id: str,
-    tool: str,
-    arguments: Mapping[str, Any],
-    *,
-    tenant: str | None = None,
-) -> str:
+def idempotency_key(run_id: str, step: int, call_id: str, tool: str, arguments: Mapping[str, Any]) -> str:
     """Deterministic key of one side-effecting call: same run, step, call and arguments, same key.
-
-    ``tenant``: whose effect it is (the chokepoint always names it). A run id can be chosen
-    (``run_workflow(run_id=...)``, ``run_plan``, ``tether submit --run-id``): another tenant's
-    call under the same run id, step, call id and arguments is its own effect, never a replay of
-    the first tenant's outcome (which handed it that tenant's result, and never ran its own)."""
-    parts: list[Any] = [run_id, step, call_id, tool, dict(arguments)]
-    if tenant is not None:
-        parts.append(tenant)
-    text = canonical_json(parts)
+    No tenant in it: keys are what earlier releases wrote (and what tools hand their providers as
+    idempotency keys), so a rolling upgrade finds every recorded effect. A run id of another
+    tenant is refused before any call (``RunScope.continue_earlier``: ``run_id_taken``)."""
+    text = canonical_json([run_id, step, call_id, tool, dict(arguments)])
     return "idem_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 

@@ -381,6 +381,7 @@ class SqlApprovalStore(SqlStore):
         owner_dead: Callable[[LedgerEntry, datetime], bool],
         proposal_id: str | None = None,
         run_id: str | None = None,
+        tenant: str | None = None,
     ) -> Claim:
         fresh = dict(
             key=key,
@@ -396,6 +397,7 @@ class SqlApprovalStore(SqlStore):
             run_id=run_id,
             result=None,
             note="",
+            tenant=tenant,
         )
         worker_gone = self._worker_gone()
 
@@ -409,6 +411,9 @@ class SqlApprovalStore(SqlStore):
             if entry.arguments_hash != arguments_hash or entry.tool != tool:
                 # Same key, other content: a bug or a forged key; never run, never replay.
                 raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
+            if tenant is not None and entry.tenant is not None and entry.tenant != tenant:
+                # Another tenant's effect under a run id chosen again: never run, never replayed.
+                raise ApprovalError("run_id_taken", f"idempotency key {key} is another tenant's effect")
             if entry.status is LedgerStatus.DONE:
                 return Claim("done", entry)
             if entry.status is LedgerStatus.ESCALATED:

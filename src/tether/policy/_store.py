@@ -109,6 +109,7 @@ class LedgerEntry:
     run_id: str | None = None
     result: str | None = None  # JSON of the recorded outcome
     note: str = ""
+    tenant: str | None = None  # whose effect (None: written by a release before it was kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +210,7 @@ class EffectLedger(Protocol):
         owner_dead: Callable[[LedgerEntry, datetime], bool],
         proposal_id: str | None = None,
         run_id: str | None = None,
+        tenant: str | None = None,
     ) -> Claim: ...
 
     async def finish(

@@ -158,7 +158,7 @@ class ProposalDesk:
             raise turn.crashes[0][1]
         obs = turn.observations[call_id]
         key = obs.meta.get("idempotency_key") or idempotency_key(
-            run_id, step, call_id, p.tool, json.loads(p.arguments), tenant=context.tenant
+            run_id, step, call_id, p.tool, json.loads(p.arguments)
         )
         return Execution(p.id, str(key), obs, bool(obs.meta.get("replayed")))
 

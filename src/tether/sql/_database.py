@@ -98,6 +98,8 @@ MIGRATIONS: dict[str, tuple[Migration, ...]] = {
 MIGRATIONS["traces"] += (("traces.002_first_event_index", _create("traces")),)
 # Resume claims (run_resumes): an approval store written before them.
 MIGRATIONS["approvals"] += (("approvals.002_resume_claims", _create("approvals")),)
+# The effect ledger's tenant (effect_ledger.tenant): a ledger written before it.
+MIGRATIONS["approvals"] += (("approvals.003_ledger_tenant", _create("approvals")),)
 # Sessions' last request (sessions.seen_at): a user store written before the idle timeout.
 MIGRATIONS["users"] += (("users.002_session_seen", _create("users")),)
 # Workers' versions (app_version, apps): a deployment whose table was written before them.

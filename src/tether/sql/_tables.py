@@ -215,6 +215,9 @@ effect_ledger = _table(
     *_instants("created_at", "updated_at", "lease_until"),
     *_texts("proposal_id", "run_id", "result", nullable=True),
     Column("note", Text, nullable=False, server_default=""),
+    # Whose effect it is: a run id can be chosen, and another tenant's call under the same key is
+    # refused, never handed this one's outcome. Rows of releases before it hold none.
+    Column("tenant", Text),
     CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
     Index("effect_ledger_proposal", "proposal_id"),
     Index("effect_ledger_run", "run_id"),
