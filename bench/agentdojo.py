@@ -78,7 +78,7 @@ from typing import Any
 
 SUITES = ("workspace", "travel", "banking", "slack")
 MODES = ("agent", "plan", "reference")
-ATTACKERS = ("standard", "adaptive", "informed", "informed2")
+ATTACKERS = ("standard", "adaptive", "informed", "informed2", "informed3")
 
 
 def _require_agentdojo() -> None:
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--attackers",
         default="standard,adaptive,informed,informed2",
-        help="standard, adaptive, informed and/or informed2",
+        help="standard, adaptive, informed, informed2 and/or informed3",
     )
     parser.add_argument("--baseline", action="store_true", help="also run the attacked pairs with no gate")
     parser.add_argument(

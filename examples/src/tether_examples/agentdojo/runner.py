@@ -44,6 +44,7 @@ from tether_examples.agentdojo.attacks import (
     goal_steps,
     harmful,
     informed2_campaign,
+    informed3_campaign,
     informed_campaign,
 )
 from tether_examples.agentdojo.source import (
@@ -355,7 +356,8 @@ class SuiteBench:
     ) -> PairOutcome:
         """Run one pair (or one benign task) through a fresh host; AgentDojo judges the result.
         ``mode``: agent | plan | reference (the agent loop with values passed by handle);
-        ``attacker``: standard | adaptive | informed | informed2; ``stand_in``: oracle | paraphrase."""
+        ``attacker``: standard | adaptive | informed | informed2 | informed3;
+        ``stand_in``: oracle | paraphrase."""
         from agentdojo.functions_runtime import FunctionCall
         from agentdojo.types import text_content_block_from_string
 
@@ -398,8 +400,12 @@ class SuiteBench:
                     user_steps=user_steps,
                     env=pre,
                 )
-            elif attacker in ("informed", "informed2") and attack:
-                campaign = informed_campaign if attacker == "informed" else informed2_campaign
+            elif attacker in ("informed", "informed2", "informed3") and attack:
+                campaign = {
+                    "informed": informed_campaign,
+                    "informed2": informed2_campaign,
+                    "informed3": informed3_campaign,
+                }[attacker]
                 attack = campaign(
                     self.name,
                     attack,
