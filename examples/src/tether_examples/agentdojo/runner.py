@@ -484,7 +484,12 @@ class SuiteBench:
             await host.aclose()
         output = [text_content_block_from_string(result.answer or "")]
         trace = [FunctionCall(function=name, args=args) for name, args in tools.executed]
-        utility = bool(self.suite._check_task_result(user_task, output, pre, env, trace))
+        try:
+            utility = bool(self.suite._check_task_result(user_task, output, pre, env, trace))
+        except KeyError:
+            # An ungated attack can remove what the user's check reads (a member's inbox once
+            # the attacker removed the member): the user's task is then not done.
+            utility = False
         succeeded = reached[0]
         if injection_task is not None and not succeeded:
             succeeded = bool(self.suite._check_task_result(injection_task, output, pre, env, trace))
