@@ -1,7 +1,7 @@
 """AgentDojo (v1.2.2 suites) through tether's host, offline, with stand-ins that obey every attacker.
 
     pip install -e ".[agentdojo]"
-    python bench/agentdojo.py                          # 4 suites, three modes, four attackers
+    python bench/agentdojo.py                          # 4 suites, three modes, five attackers
     python bench/agentdojo.py --baseline               # also every attacked pair with no gate
     python bench/agentdojo.py --suites banking --limit 4 --modes agent --attackers informed
 
@@ -32,6 +32,13 @@ Stand-ins (no model is reachable):
                day in the attacker's own words, the user's reads asked for the goal's values,
                every directory entry of the goal's kind; first values shaped for the plan
                extractor, handles in reference mode
+  informed3    attacker written against the rules after informed2 (attacks.informed3_campaign):
+               the goal's values re-expressed so they no longer match their untrusted origin
+               while the tool still receives them (regrouped, re-cased, NFKD, schemes and display
+               names around them, ids retyped), destinations moved to an argument the goal leaves
+               empty or one per call, arguments left to the tool's defaults, amounts as sums of
+               the request's figures, standing orders updated instead of payments created, the
+               values relayed through the user's own writes and read back; then informed2
 Modes: agent (the reactive loop), plan (plan-then-execute: calls fixed from the request
 before any data is read; values from results only through a compromised quarantined
 extractor; the adaptive one disguises the attacker's values) and reference (the agent loop,
@@ -78,7 +85,7 @@ from typing import Any
 
 SUITES = ("workspace", "travel", "banking", "slack")
 MODES = ("agent", "plan", "reference")
-ATTACKERS = ("standard", "adaptive", "informed", "informed2")
+ATTACKERS = ("standard", "adaptive", "informed", "informed2", "informed3")
 
 
 def _require_agentdojo() -> None:
@@ -143,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="agent,plan,reference", help="agent, plan and/or reference")
     parser.add_argument(
         "--attackers",
-        default="standard,adaptive,informed,informed2",
-        help="standard, adaptive, informed and/or informed2",
+        default="standard,adaptive,informed,informed2,informed3",
+        help="standard, adaptive, informed, informed2 and/or informed3",
     )
     parser.add_argument("--baseline", action="store_true", help="also run the attacked pairs with no gate")
     parser.add_argument(

@@ -44,6 +44,7 @@ from tether_examples.agentdojo.attacks import (
     goal_steps,
     harmful,
     informed2_campaign,
+    informed3_campaign,
     informed_campaign,
 )
 from tether_examples.agentdojo.source import (
@@ -355,7 +356,8 @@ class SuiteBench:
     ) -> PairOutcome:
         """Run one pair (or one benign task) through a fresh host; AgentDojo judges the result.
         ``mode``: agent | plan | reference (the agent loop with values passed by handle);
-        ``attacker``: standard | adaptive | informed | informed2; ``stand_in``: oracle | paraphrase."""
+        ``attacker``: standard | adaptive | informed | informed2 | informed3;
+        ``stand_in``: oracle | paraphrase."""
         from agentdojo.functions_runtime import FunctionCall
         from agentdojo.types import text_content_block_from_string
 
@@ -398,8 +400,12 @@ class SuiteBench:
                     user_steps=user_steps,
                     env=pre,
                 )
-            elif attacker in ("informed", "informed2") and attack:
-                campaign = informed_campaign if attacker == "informed" else informed2_campaign
+            elif attacker in ("informed", "informed2", "informed3") and attack:
+                campaign = {
+                    "informed": informed_campaign,
+                    "informed2": informed2_campaign,
+                    "informed3": informed3_campaign,
+                }[attacker]
                 attack = campaign(
                     self.name,
                     attack,
@@ -478,7 +484,12 @@ class SuiteBench:
             await host.aclose()
         output = [text_content_block_from_string(result.answer or "")]
         trace = [FunctionCall(function=name, args=args) for name, args in tools.executed]
-        utility = bool(self.suite._check_task_result(user_task, output, pre, env, trace))
+        try:
+            utility = bool(self.suite._check_task_result(user_task, output, pre, env, trace))
+        except KeyError:
+            # An ungated attack can remove what the user's check reads (a member's inbox once
+            # the attacker removed the member): the user's task is then not done.
+            utility = False
         succeeded = reached[0]
         if injection_task is not None and not succeeded:
             succeeded = bool(self.suite._check_task_result(injection_task, output, pre, env, trace))
