@@ -1,0 +1,145 @@
+"""A fourteenth round: tool-call content and conversation state across turns, driven as the others
+are (an agent file naming ``model.provider`` and ``tether run`` in process,
+``test_faults_round10.run_agent``) against real servers on 127.0.0.1 speaking each protocol,
+whole and streamed; the same fault ends the same honest way on all three.
+
+Responses without ``store`` (the default: nothing is kept server-side, a reasoning item is its
+``encrypted_content``): a reasoning item that came without its encrypted content is not sent
+back, counted in the answer's meta (``reasoning_not_kept``), the run accepted (before: it went
+back as its bare id, which the API looks up, finds nothing kept and refuses, HTTP 404, so the
+turn after the tool ran ended ``model_error``); one with it goes back as it came.
+
+Held as they were (each ending the same way on every protocol and transport): arguments
+encoded twice (the JSON text of a string that holds the object's JSON; an Anthropic whole
+answer's ``input`` the text of that string, as its ``input`` as the object's JSON text is a quirk
+accepted, ``test_faults_heldout``) are refused by the gate, the tool not run, the object itself
+running; a call naming a
+tool the run offers otherwise (``erp__read_order``, ``Read_Order``, ``read_order `` with a
+trailing space, ``rеad_order`` with a Cyrillic ``е``) is refused, never run as another tool;
+arguments that are a top-level array, or megabytes long, are refused by the gate, the run going
+on; the same call every turn stops the run ``repetition``; an Anthropic stream whose input JSON
+never closes before ``content_block_stop`` is refused as malformed arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_faults_heldout import ANSWER, ORDER, SERVERS
+from test_faults_round3 import walk
+from test_faults_round10 import run_agent
+
+from tether_testing.fake_server import Reply, scripted
+from tether_testing.servers import FakeResponsesServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
+
+PROVIDERS = ("openai-chat", "anthropic", "openai-responses")
+TWICE = ("read_order", json.dumps(ORDER[1]))  # '"{\"order_id\": \"742\"}"'
+# An Anthropic whole answer's ``input`` is the value the raw JSON spells (the fake server reads
+# it): the text of the object's JSON is a quirk accepted, so twice-encoded is one level more.
+TWICE_INPUT = ("read_order", json.dumps(TWICE[1]))
+
+
+def model_of(provider: str, url: str, stream: bool, **more: Any) -> dict[str, Any]:
+    return {
+        "provider": provider,
+        "name": "m-1",
+        "base_url": url,
+        "streaming": stream,
+        "transport": "http",
+        "max_retries": 1,
+        "timeout_s": 5,
+        **more,
+    }
+
+
+def results_sent(request: dict[str, Any]) -> list[str]:
+    """The tool results the request sends back (each protocol's form), as text."""
+    found: list[str] = []
+    for m in request.get("messages") or request.get("input") or ():
+        for block in [m, *(m.get("content") if isinstance(m.get("content"), list) else ())]:
+            if not isinstance(block, dict):
+                continue
+            if block.get("role") == "tool" or block.get("type") == "function_call_output":
+                found.append(str(block.get("content") or block.get("output")))
+            elif block.get("type") == "tool_result":
+                found.append(str(block.get("content")))
+    return found
+
+
+# -- arguments encoded twice -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_arguments_encoded_twice_are_refused_on_every_protocol(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """The call's arguments are the JSON text of a string holding the object's JSON (chat and
+    Responses ``arguments``; Anthropic's ``input`` that string, whole, or its ``partial_json``
+    spelling it, streamed): the gate refuses them, the tool does not run, the result sent back
+    says why, and the model's next answer is accepted. The same call with the object runs."""
+    twice = TWICE_INPUT if provider == "anthropic" and not stream else TWICE
+    with SERVERS[provider](scripted([Reply.calls(twice), Reply.text(ANSWER)])) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        bodies = server.bodies()
+    assert (out["stop_reason"], out["answer"], len(bodies)) == ("accepted", ANSWER, 2), out
+    assert code != 0 and [c["status"] for c in out["calls"]] == ["rejected"], out
+    (sent,) = results_sent(bodies[1])
+    assert '"reject"' in sent and '"status": "open"' not in sent, sent
+    with SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        (sent,) = results_sent(server.bodies()[1])
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [c["status"] for c in out["calls"]] == ["ok"] and '"status": "open"' in sent, out
+
+
+# -- Responses: a reasoning item without its encrypted content -------------------------------------
+
+
+def without_encrypted_content(items: list[Any]) -> list[Any]:
+    """Every reasoning item (its ``output_item`` events, the terminal output) without
+    ``encrypted_content``: a proxy that drops fields it does not know."""
+    return walk(items, lambda d: d.pop("encrypted_content", None))
+
+
+def refuses_reasoning_not_kept(replies: list[Reply]) -> Any:
+    """A Responses server that, as the API does without ``store``, refuses a request whose
+    reasoning item comes without its encrypted content (it would look the id up: nothing kept)."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        items = [
+            i for i in request.get("input") or () if isinstance(i, dict) and i.get("type") == "reasoning"
+        ]
+        if request.get("store") is False and any(not i.get("encrypted_content") for i in items):
+            message = f"Item with id '{items[0].get('id')}' not found; `store` is false."
+            return FakeResponsesServer.error(404, message)
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    return respond
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_reasoning_item_without_encrypted_content_is_not_sent_back_without_store(
+    tmp_path: Path, stream: bool
+) -> None:
+    """Without ``store``, the call's turn comes with a reasoning item that lost its encrypted
+    content: it is not sent back (the next request holds no reasoning item), the run is accepted,
+    the turn's ``model_response`` counting the item not kept (before: it went back as its bare
+    id, the API's 404 ended the run ``model_error`` after the tool had run); one with its
+    encrypted content is sent back with it."""
+    for edit, kept in ((without_encrypted_content, False), (None, True)):
+        replies = [Reply(reasoning="Read the order.", tool_calls=(ORDER,), edit=edit), Reply.text(ANSWER)]
+        with FakeResponsesServer(refuses_reasoning_not_kept(replies)) as server:
+            model = model_of("openai-responses", server.url, stream, reasoning_effort="low")
+            code, out, responses = run_agent(tmp_path, model)
+            second = server.bodies()[1]
+        assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+        assert second["include"] == ["reasoning.encrypted_content"], second
+        sent = [i for i in second["input"] if i.get("type") == "reasoning"]
+        assert len(sent) == (1 if kept else 0) and all(i["encrypted_content"] for i in sent), second
+        assert responses[0].get("reasoning_not_kept") == (None if kept else 1), responses[0]
