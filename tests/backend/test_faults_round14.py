@@ -9,6 +9,11 @@ back, counted in the answer's meta (``reasoning_not_kept``), the run accepted (b
 back as its bare id, which the API looks up, finds nothing kept and refuses, HTTP 404, so the
 turn after the tool ran ended ``model_error``); one with it goes back as it came.
 
+The final-answer claim check (``hooks.check_claims``) refuses a claimed action written as models
+write it, with a typographic apostrophe (``We’ve cancelled``) or a non-breaking hyphen
+(``e‑mailed``), on every protocol (before: only the ASCII spelling was caught, and the false
+claim was accepted as the run's answer).
+
 Held as they were (each ending the same way on every protocol and transport): arguments
 encoded twice (the JSON text of a string that holds the object's JSON; an Anthropic whole
 answer's ``input`` the text of that string, as its ``input`` as the object's JSON text is a quirk
@@ -23,15 +28,19 @@ never closes before ``content_block_stop`` is refused as malformed arguments.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS
+import yaml
+from test_faults_heldout import ANSWER, ORDER, SERVERS, write_agent
 from test_faults_round3 import walk
 from test_faults_round10 import run_agent
 
+from tether.cli import main
 from tether_testing.fake_server import Reply, scripted
 from tether_testing.servers import FakeResponsesServer
 
@@ -143,3 +152,40 @@ def test_a_reasoning_item_without_encrypted_content_is_not_sent_back_without_sto
         sent = [i for i in second["input"] if i.get("type") == "reasoning"]
         assert len(sent) == (1 if kept else 0) and all(i["encrypted_content"] for i in sent), second
         assert responses[0].get("reasoning_not_kept") == (None if kept else 1), responses[0]
+
+
+# -- the final-answer claim check, as models write a claim -----------------------------------------
+
+CLAIMS = (
+    "We\u2019ve cancelled order 742.",  # a typographic apostrophe, as models write it
+    "I e\u2011mailed the buyer about order 742.",  # a non-breaking hyphen
+    "We've cancelled order 742.",  # the ASCII spelling, checked before
+)
+
+
+def run_checking_claims(tmp_path: Path, model: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``tether run --agent`` with ``hooks.check_claims`` on: exit code, JSON summary."""
+    path = write_agent(tmp_path, model)
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    path.write_text(yaml.safe_dump({**spec, "hooks": {"check_claims": True}}), encoding="utf-8")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+    return code, json.loads(out.getvalue().strip().split("\n")[-1])
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_claimed_action_is_refused_however_its_apostrophe_or_hyphen_is_written(
+    tmp_path: Path, provider: str, claim: str
+) -> None:
+    """The run only read the order, then the model's final answer claims an action it never took,
+    written with a typographic apostrophe (``We’ve cancelled``) or a non-breaking hyphen
+    (``e‑mailed``): the claim check refuses it on every protocol, the model asked again, and its
+    next answer (what the tool showed) is accepted (before: only the ASCII spelling was caught,
+    the false claim accepted as the run's answer)."""
+    replies = [Reply.calls(ORDER), Reply.text(claim), Reply.text(ANSWER)]
+    with SERVERS[provider](scripted(replies)) as server:
+        code, out = run_checking_claims(tmp_path, model_of(provider, server.url, provider == "anthropic"))
+        assert len(server.bodies()) == 3, out
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
