@@ -20,10 +20,11 @@ answer's ``input`` the text of that string, as its ``input`` as the object's JSO
 accepted, ``test_faults_heldout``) are refused by the gate, the tool not run, the object itself
 running; a call naming a
 tool the run offers otherwise (``erp__read_order``, ``Read_Order``, ``read_order `` with a
-trailing space, ``rеad_order`` with a Cyrillic ``е``) is refused, never run as another tool;
-arguments that are a top-level array, or megabytes long, are refused by the gate, the run going
-on; the same call every turn stops the run ``repetition``; an Anthropic stream whose input JSON
-never closes before ``content_block_stop`` is refused as malformed arguments.
+trailing space, ``rеad_order`` with a Cyrillic ``е``) is refused, never run as another tool; an
+Anthropic stream whose input JSON never closes before ``content_block_stop`` is refused as
+malformed arguments. (Probed the same on every protocol, covered elsewhere: arguments that are a
+top-level array or megabytes long are refused by the gate; the same call every turn, its JSON
+spelled otherwise each time, stops the run ``repetition``.)
 """
 
 from __future__ import annotations
@@ -189,3 +190,39 @@ def test_a_claimed_action_is_refused_however_its_apostrophe_or_hyphen_is_written
         code, out = run_checking_claims(tmp_path, model_of(provider, server.url, provider == "anthropic"))
         assert len(server.bodies()) == 3, out
     assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+
+
+# -- held: a tool the run offers, named otherwise; input JSON that never closes --------------------
+
+NAMED_OTHERWISE = ("erp__read_order", "Read_Order", "read_order ", "r\u0435ad_order")  # Cyrillic е
+
+
+def unclosed_input(items: list[Any]) -> list[Any]:
+    """An Anthropic stream whose ``partial_json`` never closes the object before
+    ``content_block_stop`` (each piece without its ``}``)."""
+    for event in items:
+        delta = event.get("delta") if isinstance(event, dict) else None
+        if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+            delta["partial_json"] = delta["partial_json"].replace("}", "")
+    return items
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_tool_named_otherwise_and_input_that_never_closes_are_refused_never_run(
+    tmp_path: Path, provider: str
+) -> None:
+    """Held: a call naming the offered ``read_order`` namespaced, in another case, with a
+    trailing space or with a Cyrillic letter is refused (never run as ``read_order``), whole and
+    streamed, on every protocol, the model's next answer accepted; an Anthropic stream's input
+    that never closes is refused as malformed arguments, not run."""
+    cases = [(name, stream, None) for name in NAMED_OTHERWISE for stream in (False, True)]
+    if provider == "anthropic":
+        cases.append(("read_order", True, unclosed_input))
+    for name, stream, edit in cases:
+        replies = [Reply.calls((name, ORDER[1]), edit=edit), Reply.text(ANSWER)]
+        with SERVERS[provider](scripted(replies)) as server:
+            code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+            (sent,) = results_sent(server.bodies()[1])
+        assert (out["stop_reason"], out["answer"], code != 0) == ("accepted", ANSWER, True), (name, out)
+        assert [c["status"] for c in out["calls"]] == ["rejected"], (name, out)
+        assert '"status": "open"' not in sent, (name, sent)
