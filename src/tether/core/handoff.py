@@ -443,10 +443,11 @@ def evidence_from_trace(state: Any) -> list[str]:
 
 
 # First-person past-tense side effects ("we've cancelled the order"); the passive ("order 742 was
-# closed") is how an answer reports a tool result, so it is left alone.
+# closed") is how an answer reports a tool result, so it is left alone. The apostrophe and hyphen
+# as models write them too: typographic (U+2019 "we’ve", U+02BC), non-breaking (U+2011 "e‑mailed").
 _ACTION = re.compile(
-    r"\b(?:i|we)(?:'ve|\s+have)?\s+(?:(?:just|now|already|successfully|also)\s+)?"
-    r"(?P<verb>e-?mailed|sent|messaged|notified|called|phoned|texted|posted|published|submitted|filed|"
+    r"\b(?:i|we)(?:['\u2019\u02bc]ve|\s+have)?\s+(?:(?:just|now|already|successfully|also)\s+)?"
+    r"(?P<verb>e[-\u2010\u2011]?mailed|sent|messaged|notified|called|phoned|texted|posted|published|submitted|filed|"
     r"created|updated|changed|modified|deleted|removed|cancell?ed|closed|booked|scheduled|ordered|"
     r"purchased|bought|paid|refunded|transferred|issued|approved|escalated|assigned|wrote|written|saved)\b",
     re.IGNORECASE,

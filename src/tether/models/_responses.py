@@ -9,7 +9,8 @@ itself). ``store`` is off by default — every request carries the whole convers
 is kept server-side — so reasoning items come back with their ``encrypted_content`` (asked
 for with ``include`` when ``reasoning`` is set) and are sent back unchanged before the turn's
 other items (``provider_items``), as the API requires for reasoning models across tool calls
-(one without the ``id`` the API requires of it cannot be, and is not kept: ``_sendable``).
+(one without the ``id`` the API requires of it, or without ``store`` its ``encrypted_content``,
+cannot be, and is not kept: ``_sendable``).
 ``prompt_cache_key`` defaults to a digest of the stable prefix (instructions and tool
 names), so every step of every run of one agent lands on the same cache.
 
@@ -265,7 +266,7 @@ class OpenAIResponses(OpenAIBackend):
                     ToolCall(call_id, str(item.get("name") or ""), arguments_text(item.get("arguments")))
                 )
             elif kind == "reasoning":
-                if (back := _sendable(item)) is not None:
+                if (back := _sendable(item, self.store)) is not None:
                     kept.append(back)
                 else:
                     unsendable += 1
@@ -290,14 +291,19 @@ class OpenAIResponses(OpenAIBackend):
         return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
 
 
-def _sendable(item: Mapping[str, Any]) -> dict[str, Any] | None:
+def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     """A reasoning item as the next request sends it back (without its ``status``, its
     ``summary`` a list, ``[]`` where it was left out): the API requires its ``id`` (and
     ``summary``) on an input reasoning item and refuses the request without it (HTTP 400: the
     next turn would fail, not this one). One without an ``id`` (a proxy that drops it) cannot be
     sent back: None, it is not kept (the answer's meta counts it, ``reasoning_not_kept``); the
-    conversation goes on without it, as one that never reasoned aloud does."""
+    conversation goes on without it, as one that never reasoned aloud does. Without ``store``
+    nothing is kept server-side, so the item is its ``encrypted_content``: one that came without
+    it (a proxy that drops what it does not know) would be looked up by its id and refused
+    (HTTP 404, the next turn failing), so it is not kept either."""
     if not isinstance(item.get("id"), str) or not item["id"]:
+        return None
+    if not store and not (isinstance(item.get("encrypted_content"), str) and item["encrypted_content"]):
         return None
     back = {k: v for k, v in item.items() if k != "status"}
     if not isinstance(back.get("summary"), list):
