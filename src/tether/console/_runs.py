@@ -99,7 +99,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
         for line in f:
             try:
                 value = json.loads(line)
-            except ValueError:  # a blank line, or one cut by a crash: keep what came before it
+            except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
                 continue
             if isinstance(value, dict):
                 events.append(value)
@@ -233,6 +233,19 @@ _CATEGORY = {
     for kind in kinds.split()
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
+SHOWN_DEPTH = 32  # of a value in an event's facts: deeper parts are cut (a run may nest hundreds deep)
+
+
+def _shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
+    """``value`` with whatever is nested deeper than ``depth`` replaced by a marker, so that
+    rendering, copying and encoding it stay within Python's recursion limit."""
+    if not isinstance(value, dict | list):
+        return value
+    if depth <= 0:
+        return f"… (nested deeper than {SHOWN_DEPTH} levels: cut)"
+    if isinstance(value, list):
+        return [_shallow(v, depth - 1) for v in value]
+    return {k: _shallow(v, depth - 1) for k, v in value.items()}
 
 
 def _category(kind: str, e: Mapping[str, Any]) -> str:
@@ -336,7 +349,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
                 kind,
                 _category(kind, e),
                 _title(kind, e),
-                {k: v for k, v in e.items() if k not in _SKIP},
+                {k: _shallow(v) for k, v in e.items() if k not in _SKIP},
                 str(rule) if rule else None,
                 str(proposal) if proposal else None,
                 str(trust) if trust else None,
