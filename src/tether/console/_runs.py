@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tether.trace._stats import trace_stats
+from tether.trace._stats import number, trace_stats
 
 __all__ = [
     "RunFilter",
@@ -123,9 +123,10 @@ def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
 def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
     """A run's summary from its head (as a trace store's ``runs`` gives it)."""
     start, stop = head.get("start") or {}, head.get("stop") or {}
+    tenant = start.get("tenant")  # a tenant written as anything but text is one nobody is granted
     return RunSummary(
         run_id=run_id,
-        tenant=start.get("tenant"),
+        tenant=tenant if tenant is None or isinstance(tenant, str) else json.dumps(tenant, default=str),
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
         design=str(start.get("design") or ""),
         model=str(start.get("model") or ""),
@@ -134,7 +135,7 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
         ended=str(stop.get("ts", "")),
         stop_reason=str(stop.get("reason") or ""),
         detail=str(stop.get("detail") or ""),
-        events=int(head.get("events") or 0),
+        events=int(number(head.get("events")) or 0),
         resumed=bool(head.get("resumed")),
     )
 
@@ -330,6 +331,15 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
     return kind.replace("_", " ")
 
 
+def _safe_title(kind: str, e: Mapping[str, Any]) -> str:
+    """The event's line, or its kind where a field has a type its line cannot take (the facts
+    beside it show the fields as written)."""
+    try:
+        return _title(kind, e)
+    except (TypeError, ValueError, AttributeError):
+        return kind.replace("_", " ")
+
+
 def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
     """The run's events in order, each with its model turn: turn N starts at the run's Nth model
     response (across resumed parts), as the queue and proposal pages number them (step N-1)."""
@@ -344,11 +354,11 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
         trust = e.get("trust") if kind == "tool_observation" else None
         items.append(
             TimelineItem(
-                int(e.get("seq") or 0),
+                int(number(e.get("seq")) or 0),
                 str(e.get("ts", "")),
                 kind,
                 _category(kind, e),
-                _title(kind, e),
+                _safe_title(kind, e),
                 {k: _shallow(v) for k, v in e.items() if k not in _SKIP},
                 str(rule) if rule else None,
                 str(proposal) if proposal else None,
@@ -366,8 +376,8 @@ def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
     tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
         "model_calls": len(responses),
-        **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
-        "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
+        **{k: sum(int(number(e.get(k)) or 0) for e in responses) for k in tokens},
+        "cost_usd": round(sum(number(e.get("cost_usd")) or 0.0 for e in responses), 6),
         "prefix_reuse_mean": stats["prefix_reuse_mean"],
         "prefix_reuse_min": stats["prefix_reuse_min"],
         "tool_calls": kinds["tool_proposed"],
