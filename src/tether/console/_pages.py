@@ -35,6 +35,8 @@ __all__ = ["page_routes"]
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 Viewer = Callable[[ConsoleSources, Principal, str], Awaitable[dict[str, Any]]]
+SHOWN_RUNS = 500  # on the runs page, newest first, after its filters
+SCANNED_RUNS = 20_000  # the runs the page's filters and their choices read (a folder's all, cached)
 SHOWN_EVENTS = 2000  # of one run's timeline on its page (the API gives every event)
 
 NOTICES = {
@@ -395,9 +397,9 @@ class _Pages:
 
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
-        mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut at 500
-        visible = await self.sources.runs(mine)
-        rows = [r for r in visible if flt.matches(r)]
+        mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut
+        visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
+        rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
         return self.render(
             request,
             "runs.html",
