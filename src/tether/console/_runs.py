@@ -397,7 +397,8 @@ def parse_day(text: str) -> str:
 
 
 class StoredTraceIndex(RunIndex):
-    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest."""
+    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest
+    of the tenants its reader may see."""
 
     SCAN = 2000
 
@@ -406,7 +407,8 @@ class StoredTraceIndex(RunIndex):
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         out = []
-        for head in self.store.runs(self.SCAN):
+        visible = flt.visible if flt is not None else None  # read before the scan is cut
+        for head in self.store.runs(self.SCAN, tenants=visible):
             run_id = str(head["run_id"])
             if not valid_run_id(run_id):
                 continue
