@@ -327,6 +327,8 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
                 event = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}: line {number} is not a trace event: {err.msg}") from None
+            except RecursionError:  # what a run wrote nested past reading: the same typed error
+                raise ValueError(f"{path}: line {number} is not a trace event: nested too deep") from None
             if not isinstance(event, dict):
                 raise ValueError(f"{path}: line {number} is not a trace event: not a JSON object")
             events.append(event)
