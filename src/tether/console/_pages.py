@@ -29,11 +29,14 @@ from tether.console._sources import ConsoleSources
 from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal
 from tether.console._web import UNSTORABLE, form_value, holds_unstorable
 from tether.errors import ApprovalError, TetherError
+from tether.runs._checkpoint import checkpoint_tenant
 
 __all__ = ["page_routes"]
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 Viewer = Callable[[ConsoleSources, Principal, str], Awaitable[dict[str, Any]]]
+SHOWN_RUNS = 500  # on the runs page, newest first, after its filters
+SCANNED_RUNS = 20_000  # the runs the page's filters and their choices read (a folder's all, cached)
 SHOWN_EVENTS = 2000  # of one run's timeline on its page (the API gives every event)
 
 NOTICES = {
@@ -394,9 +397,9 @@ class _Pages:
 
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
-        mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut at 500
-        visible = await self.sources.runs(mine)
-        rows = [r for r in visible if flt.matches(r)]
+        mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut
+        visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
+        rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
         return self.render(
             request,
             "runs.html",
@@ -415,6 +418,8 @@ class _Pages:
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
+        if checkpoint is not None and checkpoint_tenant(checkpoint.state) != summary.tenant:
+            checkpoint = None  # another tenant's run under this id: its checkpoint is not this run's
         # What tether resume would continue (resume_point): paused or stopped, never ended.
         resumable = (
             self.sources.resume is not None

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tether.trace._stats import trace_stats
+from tether.trace._stats import number, trace_stats
 
 __all__ = [
     "RunFilter",
@@ -99,7 +99,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
         for line in f:
             try:
                 value = json.loads(line)
-            except ValueError:  # a blank line, or one cut by a crash: keep what came before it
+            except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
                 continue
             if isinstance(value, dict):
                 events.append(value)
@@ -123,9 +123,10 @@ def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
 def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
     """A run's summary from its head (as a trace store's ``runs`` gives it)."""
     start, stop = head.get("start") or {}, head.get("stop") or {}
+    tenant = start.get("tenant")  # a tenant written as anything but text is one nobody is granted
     return RunSummary(
         run_id=run_id,
-        tenant=start.get("tenant"),
+        tenant=tenant if tenant is None or isinstance(tenant, str) else json.dumps(tenant, default=str),
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
         design=str(start.get("design") or ""),
         model=str(start.get("model") or ""),
@@ -134,7 +135,7 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
         ended=str(stop.get("ts", "")),
         stop_reason=str(stop.get("reason") or ""),
         detail=str(stop.get("detail") or ""),
-        events=int(head.get("events") or 0),
+        events=int(number(head.get("events")) or 0),
         resumed=bool(head.get("resumed")),
     )
 
@@ -233,6 +234,19 @@ _CATEGORY = {
     for kind in kinds.split()
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
+SHOWN_DEPTH = 32  # of a value in an event's facts: deeper parts are cut (a run may nest hundreds deep)
+
+
+def _shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
+    """``value`` with whatever is nested deeper than ``depth`` replaced by a marker, so that
+    rendering, copying and encoding it stay within Python's recursion limit."""
+    if not isinstance(value, dict | list):
+        return value
+    if depth <= 0:
+        return f"… (nested deeper than {SHOWN_DEPTH} levels: cut)"
+    if isinstance(value, list):
+        return [_shallow(v, depth - 1) for v in value]
+    return {k: _shallow(v, depth - 1) for k, v in value.items()}
 
 
 def _category(kind: str, e: Mapping[str, Any]) -> str:
@@ -317,6 +331,15 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
     return kind.replace("_", " ")
 
 
+def _safe_title(kind: str, e: Mapping[str, Any]) -> str:
+    """The event's line, or its kind where a field has a type its line cannot take (the facts
+    beside it show the fields as written)."""
+    try:
+        return _title(kind, e)
+    except (TypeError, ValueError, AttributeError):
+        return kind.replace("_", " ")
+
+
 def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
     """The run's events in order, each with its model turn: turn N starts at the run's Nth model
     response (across resumed parts), as the queue and proposal pages number them (step N-1)."""
@@ -331,12 +354,12 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
         trust = e.get("trust") if kind == "tool_observation" else None
         items.append(
             TimelineItem(
-                int(e.get("seq") or 0),
+                int(number(e.get("seq")) or 0),
                 str(e.get("ts", "")),
                 kind,
                 _category(kind, e),
-                _title(kind, e),
-                {k: v for k, v in e.items() if k not in _SKIP},
+                _safe_title(kind, e),
+                {k: _shallow(v) for k, v in e.items() if k not in _SKIP},
                 str(rule) if rule else None,
                 str(proposal) if proposal else None,
                 str(trust) if trust else None,
@@ -353,8 +376,8 @@ def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
     tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
         "model_calls": len(responses),
-        **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
-        "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
+        **{k: sum(int(number(e.get(k)) or 0) for e in responses) for k in tokens},
+        "cost_usd": round(sum(number(e.get("cost_usd")) or 0.0 for e in responses), 6),
         "prefix_reuse_mean": stats["prefix_reuse_mean"],
         "prefix_reuse_min": stats["prefix_reuse_min"],
         "tool_calls": kinds["tool_proposed"],
@@ -374,7 +397,8 @@ def parse_day(text: str) -> str:
 
 
 class StoredTraceIndex(RunIndex):
-    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest."""
+    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest
+    of the tenants its reader may see."""
 
     SCAN = 2000
 
@@ -383,7 +407,8 @@ class StoredTraceIndex(RunIndex):
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         out = []
-        for head in self.store.runs(self.SCAN):
+        visible = flt.visible if flt is not None else None  # read before the scan is cut
+        for head in self.store.runs(self.SCAN, tenants=visible):
             run_id = str(head["run_id"])
             if not valid_run_id(run_id):
                 continue

@@ -11,6 +11,7 @@ import json
 import queue
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import Connection, select, text
@@ -34,11 +35,12 @@ def _events(conn: Connection, run_id: str, kind: str | None) -> list[dict[str, A
     return list(conn.scalars(query))
 
 
-def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
+def _heads(conn: Connection, limit: int, tenants: list[str] | None) -> list[dict[str, Any]]:
     rows = conn.execute(
         text(
             """WITH recent AS (
                SELECT run_id, ts AS first_ts FROM trace_events WHERE seq = 1
+                 AND (CAST(:every AS boolean) OR data->>'tenant' = ANY(CAST(:tenants AS text[])))
                ORDER BY ts DESC, run_id DESC LIMIT :limit)
            SELECT r.run_id,
                   (SELECT count(*) FROM trace_events s WHERE s.run_id = r.run_id),
@@ -51,7 +53,7 @@ def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
                      AND s.kind = 'stop' ORDER BY s.seq DESC LIMIT 1)
            FROM recent r ORDER BY r.first_ts DESC, r.run_id DESC"""
         ),
-        {"limit": limit},
+        {"limit": limit, "every": tenants is None, "tenants": tenants or []},
     ).all()
     keys = ("run_id", "events", "first_ts", "resumed", "start", "stop")
     return [dict(zip(keys, (r[0], int(r[1]), r[2], bool(r[3]), r[4], r[5]), strict=True)) for r in rows]
@@ -124,10 +126,11 @@ class PgTraceIndex:
         """The stored events of one run (each as its JSONL line), in order."""
         return self.db.snapshot(_events, run_id, kind)
 
-    def runs(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The ``limit`` most recent runs, newest first: ``run_id``, ``events`` (how many),
-        ``first_ts``, ``resumed``, and its first start and last stop event (or None)."""
-        return self.db.snapshot(_heads, limit)
+    def runs(self, limit: int = 500, tenants: Collection[str] | None = None) -> list[dict[str, Any]]:
+        """The ``limit`` most recent runs (of ``tenants``, as their first event names them;
+        ``None``: every run), newest first: ``run_id``, ``events`` (how many), ``first_ts``,
+        ``resumed``, and its first start and last stop event (or None)."""
+        return self.db.snapshot(_heads, limit, None if tenants is None else sorted(tenants))
 
     def shutdown(self) -> None:
         self.flush()

@@ -16,6 +16,7 @@ __all__ = [
     "MIN_FRAGMENT",
     "REDACTED",
     "Redactor",
+    "redact_keyed_text",
     "redact_value",
     "sanitize",
     "sanitize_value",
@@ -247,6 +248,39 @@ def _secret_key(key: str) -> bool:
     return any(a + b in _SECRET_WORDS for a, b in itertools.pairwise(words))
 
 
+KEYED_TEXT = 1_000_000  # the longest JSON text whose keys are read for credential names
+
+
+def _keyed(value: Any, redactor: Redactor) -> tuple[Any, bool]:
+    """``value`` with each string under a credential-named key redacted, and whether any was."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        hit = False
+        for k, v in value.items():
+            if isinstance(v, str) and redactor.is_secret_key(k):
+                out[k], hit = REDACTED, True
+            else:
+                out[k], found = _keyed(v, redactor)
+                hit = hit or found
+        return out, hit
+    if isinstance(value, list):
+        pairs = [_keyed(v, redactor) for v in value]
+        return [v for v, _ in pairs], any(found for _, found in pairs)
+    return value, False
+
+
+def redact_keyed_text(text: str, redactor: Redactor) -> str:
+    """``text``, a JSON object or array as a call's arguments are traced, with the strings under
+    its credential-named keys redacted as a traced mapping's are; any other text unchanged."""
+    if text[:1] not in ("{", "[") or len(text) > KEYED_TEXT:
+        return text
+    try:
+        parsed, hit = _keyed(json.loads(text), redactor)
+    except (ValueError, RecursionError):  # not JSON, or nested past reading: kept as text
+        return text
+    return json.dumps(parsed, ensure_ascii=False) if hit else text
+
+
 def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "") -> Any:
     """Recursively sanitise (and redact) a JSON-like value for a trace line."""
     kind = type(value)
@@ -257,7 +291,9 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
             return REDACTED
         if kind is not str:
             value = str(value) if kind is bytes else str.__str__(value)
-        return sanitize(redactor.text(value) if redactor else value)
+        if redactor is None:
+            return sanitize(value)
+        return sanitize(redactor.text(redact_keyed_text(value, redactor)))
     if kind is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         redact = redactor.text if redactor is not None and redactor.has_secrets() else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 from tether.errors import ConfigError
 from tether.trace._tracer import read_trace
 
-__all__ = ["find_trace", "trace_stats"]
+__all__ = ["find_trace", "number", "trace_stats"]
 
 
 def find_trace(run: str, directory: str | Path) -> Path:
@@ -27,6 +28,22 @@ def find_trace(run: str, directory: str | Path) -> Path:
     return path
 
 
+def number(value: Any) -> float | None:
+    """A trace field's number, or None where it is none (a word, a list, a flag, NaN, infinity,
+    past a float): a trace file is read as written, by whatever wrote it."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _numbers(events: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+    return [n for e in events if (n := number(e.get(key))) is not None]
+
+
 def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 6) if values else None
 
@@ -35,12 +52,11 @@ def trace_stats(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Summarise one run's events (as read from JSONL or ``TraceEvent.to_json()``)."""
     events = list(events)
     composed = [e for e in events if e.get("kind") == "context_composed"]
-    reuse = [float(e["prefix_reuse"]) for e in composed if e.get("prefix_reuse") is not None]
-    cached = [float(e["cached_share"]) for e in composed if e.get("cached_share") is not None]
-    tokens = [int(e["request_tokens"]) for e in composed if e.get("request_tokens") is not None]
+    reuse, cached = _numbers(composed, "prefix_reuse"), _numbers(composed, "cached_share")
+    tokens = [int(n) for n in _numbers(composed, "request_tokens")]
     responses = [e for e in events if e.get("kind") == "model_response"]
     stop: Mapping[str, Any] = next((e for e in reversed(events) if e.get("kind") == "stop"), {})
-    strategies = Counter(e["status_strategy"] for e in composed if e.get("status_strategy"))
+    strategies = Counter(str(e["status_strategy"]) for e in composed if e.get("status_strategy"))
 
     def count(kind: str) -> int:
         return sum(1 for e in events if e.get("kind") == kind)
@@ -54,8 +70,8 @@ def trace_stats(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "cached_share_mean": _mean(cached),
         "request_tokens_total": sum(tokens),
         "request_tokens_max": max(tokens) if tokens else 0,
-        "reported_prompt_tokens": sum(int(e.get("prompt_tokens") or 0) for e in responses),
-        "reported_completion_tokens": sum(int(e.get("completion_tokens") or 0) for e in responses),
+        "reported_prompt_tokens": sum(int(n) for n in _numbers(responses, "prompt_tokens")),
+        "reported_completion_tokens": sum(int(n) for n in _numbers(responses, "completion_tokens")),
         "compressions": count("context_compressed"),
         "compression_failures": count("compression_failed"),
         "compactions": count("context_compacted"),

@@ -26,7 +26,7 @@ from pydantic_core import PydanticSerializationError, to_json
 from tether.errors import ConfigError
 from tether.trace._events import RESERVED, EventKind, TraceEvent, TraceSchemaError
 from tether.trace._payloads import FIELDS, check_payload
-from tether.trace._sanitize import REDACTED, Redactor, sanitize, sanitize_value
+from tether.trace._sanitize import REDACTED, Redactor, redact_keyed_text, sanitize, sanitize_value
 
 __all__ = [
     "DURABLE_KINDS",
@@ -289,6 +289,7 @@ class Tracer:
                 if key in _SECRETISH or (key not in _PLAIN and redactor.is_secret_key(key)):
                     out[key] = REDACTED
                     continue
+                value = redact_keyed_text(value, redactor)
                 if redact is not None:
                     value = redact(value)
                 out[key] = value if value.isprintable() and "\\" not in value else sanitize(value)
@@ -326,6 +327,8 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
                 event = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}: line {number} is not a trace event: {err.msg}") from None
+            except RecursionError:  # what a run wrote nested past reading: the same typed error
+                raise ValueError(f"{path}: line {number} is not a trace event: nested too deep") from None
             if not isinstance(event, dict):
                 raise ValueError(f"{path}: line {number} is not a trace event: not a JSON object")
             events.append(event)
