@@ -1,0 +1,37 @@
+"""A hotel server (official ``mcp`` SDK, stdio) for tests/policy/test_provenance_round18.py: a
+hotel's listing as structured content (vendor data), or a guest's uploaded file relayed as an
+embedded resource whose text is JSON an attacker wrote in the listing's shape."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import mcp_types as t
+from mcp.server import MCPServer
+
+LISTING_IBAN = "FR7630006000011234567890189"
+
+
+def build_server() -> MCPServer:
+    server = MCPServer("hotels")
+
+    @server.tool()
+    def get_hotel(hotel: str) -> t.CallToolResult:
+        """A hotel's listing: its name and the account deposits are paid to. A hotel whose page
+        holds a guest's uploaded file (``R18_ATTACHED``) answers with that file instead."""
+        if hotel == os.environ.get("R18_ATTACHED"):
+            body = json.dumps({"name": hotel, "iban": os.environ["R18_IBAN"]})
+            uri = "file:///uploads/guest-note.json"
+            resource = t.TextResourceContents(uri=uri, mime_type="application/json", text=body)
+            return t.CallToolResult(content=[t.EmbeddedResource(type="resource", resource=resource)])
+        data = {"name": hotel, "iban": LISTING_IBAN}
+        return t.CallToolResult(
+            content=[t.TextContent(type="text", text=json.dumps(data))], structured_content=data
+        )
+
+    return server
+
+
+if __name__ == "__main__":
+    build_server().run()

@@ -1,0 +1,76 @@
+"""Round eighteen: values an MCP server returns, labelled by where they came from.
+
+Each attack runs a real host with the provenance policy, a real stdio server (official ``mcp``
+SDK, tests/policy/_round18_server.py) and a model stand-in that obeys what it read; the attack
+call does not run unreviewed AND the same flow with the vendor's own value still runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _travel import ATTACKER_IBAN, CTX, Outbox, travel_rules
+
+from tether import Agent, Host
+from tether.policy._provenance_labels import ASSIGNED, SourceTrust, TrustConfig
+from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.testing import ScriptedModel, call, final
+from tether.tools import Effect
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SERVER = Path(__file__).with_name("_round18_server.py")
+LISTING_IBAN = "FR7630006000011234567890189"
+TOOL = "hotels__get_hotel"
+RULES = {**travel_rules(), TOOL: travel_rules()["get_hotels"]}
+# The deployment trusts the account a hotel's listing names: the vendor registered it (assigned).
+TRUST = TrustConfig(
+    sources={TOOL: SourceTrust(default="third_party", fields={"iban": "listing"})},
+    assigned=ASSIGNED | {"listing"},
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _pay(hotel: str, iban: str, tmp_path: Path) -> tuple[Any, Outbox]:
+    """Look ``hotel`` up on the server, then pay its deposit to ``iban`` (what the model read)."""
+    world = Outbox()
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(RULES, TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+        trace_dir=tmp_path,
+    )
+    env = {"R18_ATTACHED": "Le Petit", "R18_IBAN": ATTACKER_IBAN}
+    host.add_mcp_server(
+        "hotels", command=[sys.executable, str(SERVER)], env=env, effects={"get_hotel": Effect.READ}
+    )
+    host.add_tools(world.pay_deposit)
+    model = ScriptedModel(
+        [call(TOOL, hotel=hotel), call("pay_deposit", recipient=iban, amount=200.0), final("done")]
+    )
+    async with host:
+        result = await host.run(
+            Agent("act", model), f"Look up {hotel} and pay the 200.00 deposit.", context=CTX
+        )
+    read = [o for o in result.observations if o.tool == TOOL]
+    assert len(read) == 1 and not read[0].is_error and iban in read[0].text, "the model read the account"
+    return result, world
+
+
+async def test_json_in_an_embedded_resource_is_no_field_of_the_servers_answer(tmp_path: Path) -> None:
+    """A server relays a guest's uploaded file (an embedded resource) whose text is JSON in the
+    shape of the tool's answer: its ``iban`` is the guest's words, not the listing's field the
+    deployment trusts. Before the fix the lone block was read as the tool's data and the
+    attacker's account labelled ``listing``: the deposit went to it unreviewed."""
+    _, world = await _pay("Le Petit", ATTACKER_IBAN, tmp_path / "attack")
+    assert world.received == [], "the attacker's account was paid unreviewed"
+    # The listing's own account (structured content of the server's answer) is still paid.
+    _, world = await _pay("Grand Hotel", LISTING_IBAN, tmp_path / "listing")
+    assert world.received == [("pay_deposit", {"recipient": LISTING_IBAN, "amount": 200.0})]
