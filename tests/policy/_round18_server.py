@@ -30,6 +30,16 @@ def build_server() -> MCPServer:
             content=[t.TextContent(type="text", text=json.dumps(data))], structured_content=data
         )
 
+    @server.tool()
+    def get_rating(hotel: str) -> t.CallToolResult:
+        """A hotel's rating, as structured content and as its text; the text of a hotel whose page
+        a guest edited (``R18_ATTACHED``) carries the guest's words after a ``#`` (``R18_NOTE``)."""
+        data = {"hotel": hotel, "rating": 4}
+        text = json.dumps(data)
+        if hotel == os.environ.get("R18_ATTACHED"):
+            text += f"  # {os.environ['R18_NOTE']}"
+        return t.CallToolResult(content=[t.TextContent(type="text", text=text)], structured_content=data)
+
     return server
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from tether.policy._provenance_values import compose
+from tether.policy._provenance_values import compose, unescaped
 
 __all__ = [
     "ASSIGNED",
@@ -377,7 +377,10 @@ def renders(text: str, data: Any) -> bool:
             except Exception:
                 continue
             if isinstance(parsed, Mapping | list):
-                return _words(parsed) <= words
+                # And no word of the text is left out of the parse: a ``#`` comment (YAML, a
+                # Python literal) is read by the model, never by the parse.
+                keys: set[str] = set()
+                return _words(parsed, keys) <= words and _tokens(unescaped(text)) <= words | keys
     except _TooLarge:
         pass
     return False
@@ -390,9 +393,10 @@ class _TooLarge(Exception):
 _NODES = 200_000
 
 
-def _words(value: Any) -> set[str]:
+def _words(value: Any, keys: set[str] | None = None) -> set[str]:
     """The words (``_tokens``) of every scalar of ``value`` but null and booleans, and of every
-    key some such scalar stands under. Raises ``_TooLarge`` past ``_NODES`` nodes."""
+    key some such scalar stands under (of every key at all, into ``keys``). Raises
+    ``_TooLarge`` past ``_NODES`` nodes."""
     budget = [_NODES]
 
     def walk(v: Any) -> set[str]:
@@ -402,6 +406,8 @@ def _words(value: Any) -> set[str]:
         if isinstance(v, Mapping):
             out: set[str] = set()
             for k, item in v.items():
+                if keys is not None:
+                    keys.update(_tokens(str(k)))
                 if below := walk(item):
                     out |= _tokens(str(k)) | below
             return out
