@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import mcp_types as t
 from mcp.server import MCPServer
@@ -33,8 +34,11 @@ def build_server() -> MCPServer:
     @server.tool()
     def get_rating(hotel: str) -> t.CallToolResult:
         """A hotel's rating, as structured content and as its text; the text of a hotel whose page
-        a guest edited (``R18_ATTACHED``) carries the guest's words after a ``#`` (``R18_NOTE``)."""
-        data = {"hotel": hotel, "rating": 4}
+        a guest edited (``R18_ATTACHED``) carries the guest's words after a ``#`` (``R18_NOTE``); one
+        whose guests left codes (``R18_KEYED``) lists them keyed by code (``R18_CODE``)."""
+        data: dict[str, Any] = {"hotel": hotel, "rating": 4}
+        if hotel == os.environ.get("R18_KEYED"):  # guests' discount codes, keyed by code
+            data["codes"] = {os.environ["R18_CODE"]: "a guest"}
         text = json.dumps(data)
         if hotel == os.environ.get("R18_ATTACHED"):
             text += f"  # {os.environ['R18_NOTE']}"

@@ -563,9 +563,11 @@ def label_observation(
             for k, item in v.items():
                 k = str(k)
                 flag = item is None or isinstance(item, bool)
-                if not k.isidentifier() or (flag and k not in named):
-                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so
-                    # is one of no named field with only a flag under it ({"Dave_is_lead": true}).
+                digit = any(c.isdigit() for c in k)
+                if not k.isidentifier() or (k not in named and (flag or digit)):
+                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so is
+                    # one of no named field with a flag under it ({"Dave_is_lead": true}) or a digit
+                    # in it (a code someone chose, {"XJ7741QZ": ...}: no field's name).
                     leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
                 walk(item, f"{path}.{k}" if path else k, k, rec, auth)
         elif isinstance(v, list | tuple):
