@@ -119,7 +119,9 @@ def convert_result(
     data: Any = result.structured_content
     if why is not None:
         return invalid_output(server, spec, why, emit)
-    if data is None and len(parts) == 1:
+    if data is None and len(parts) == 1 and getattr(result.content[0], "type", "") == "text":
+        # A lone text block of JSON is the server's answer in its own shape; an embedded resource
+        # is a document it relays (a file someone uploaded): text, never fields of the answer.
         try:
             data = json.loads(parts[0])
         except ValueError:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from tether.policy._provenance_values import compose
+from tether.policy._provenance_values import compose, unescaped
 
 __all__ = [
     "ASSIGNED",
@@ -377,7 +377,10 @@ def renders(text: str, data: Any) -> bool:
             except Exception:
                 continue
             if isinstance(parsed, Mapping | list):
-                return _words(parsed) <= words
+                # And no word of the text is left out of the parse: a ``#`` comment (YAML, a
+                # Python literal) is read by the model, never by the parse.
+                keys: set[str] = set()
+                return _words(parsed, keys) <= words and _tokens(unescaped(text)) <= words | keys
     except _TooLarge:
         pass
     return False
@@ -390,9 +393,10 @@ class _TooLarge(Exception):
 _NODES = 200_000
 
 
-def _words(value: Any) -> set[str]:
+def _words(value: Any, keys: set[str] | None = None) -> set[str]:
     """The words (``_tokens``) of every scalar of ``value`` but null and booleans, and of every
-    key some such scalar stands under. Raises ``_TooLarge`` past ``_NODES`` nodes."""
+    key some such scalar stands under (of every key at all, into ``keys``). Raises
+    ``_TooLarge`` past ``_NODES`` nodes."""
     budget = [_NODES]
 
     def walk(v: Any) -> set[str]:
@@ -402,6 +406,8 @@ def _words(value: Any) -> set[str]:
         if isinstance(v, Mapping):
             out: set[str] = set()
             for k, item in v.items():
+                if keys is not None:
+                    keys.update(_tokens(str(k)))
                 if below := walk(item):
                     out |= _tokens(str(k)) | below
             return out
@@ -557,9 +563,11 @@ def label_observation(
             for k, item in v.items():
                 k = str(k)
                 flag = item is None or isinstance(item, bool)
-                if not k.isidentifier() or (flag and k not in named):
-                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so
-                    # is one of no named field with only a flag under it ({"Dave_is_lead": true}).
+                digit = any(c.isdigit() for c in k)
+                if not k.isidentifier() or (k not in named and (flag or digit)):
+                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so is
+                    # one of no named field with a flag under it ({"Dave_is_lead": true}) or a digit
+                    # in it (a code someone chose, {"XJ7741QZ": ...}: no field's name).
                     leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
                 walk(item, f"{path}.{k}" if path else k, k, rec, auth)
         elif isinstance(v, list | tuple):

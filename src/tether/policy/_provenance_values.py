@@ -24,7 +24,17 @@ from typing import Any
 
 from tether.core._confusables import DEFAULT_IGNORABLE, label_to_ascii
 
-__all__ = ["Link", "compose", "displayed", "find_handles", "find_links", "fold", "link_key", "unfold"]
+__all__ = [
+    "Link",
+    "compose",
+    "displayed",
+    "find_handles",
+    "find_links",
+    "fold",
+    "link_key",
+    "unescaped",
+    "unfold",
+]
 
 # -- text ------------------------------------------------------------------------------------
 
@@ -38,6 +48,20 @@ def _singleton(c: str) -> bool:
 # a CJK compatibility ideograph by its unified twin): another code point the tool receives.
 _KEEP = [chr(c) for a, b in ((0, 0x3000), (0xF900, 0xFB00), (0x2F800, 0x2FA20)) for c in range(a, b)]
 _SINGLETONS = re.compile("([" + "".join(re.escape(c) for c in _KEEP if _singleton(c)) + "])")
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|x([0-9a-fA-F]{2})|N\{[^}]*\}|.)", re.S)
+
+
+def unescaped(text: str) -> str:
+    """``text`` with each backslash escape of JSON, YAML or a Python literal read as the
+    character it writes (``\\u00e9`` as ``é``); any other (``\\n``, ``\\"``, a named one) as a space."""
+
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1) or m.group(2) or m.group(3)
+        return chr(int(code, 16)) if code and int(code, 16) <= 0x10FFFF else " "
+
+    return _ESCAPE.sub(one, text) if "\\" in text else text
 
 
 def compose(text: str) -> str:
