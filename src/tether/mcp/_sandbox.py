@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from tether.mcp import _layers
 from tether.mcp._launchers import MOUNT_ROOT, NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
@@ -191,6 +192,7 @@ def plan_confinement(
     else:
         workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
     opts += ["--chdir", workdir, "--"]
+    opts = _bounded(opts, found)
     inside_env = _inside_env(env, launch, network)
     shown = (*(str(p) for p in launch.read_only), *shown_ro)
     confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
@@ -219,6 +221,30 @@ def _system_opts(network: Network) -> list[str]:
     for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
         opts += ["--ro-bind-try", etc, etc]
     return [*opts, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+
+
+def _bounded(opts: list[str], bwrap: str) -> list[str]:
+    """The options with every tmpfs the server gets (its /tmp, its home, a launcher's) at most
+    ``tether.mcp._layers.SCRATCH_BYTES``, as its write layers are (``--size``, bubblewrap 0.7+;
+    an older one leaves them unbounded)."""
+    if not _sizes_tmpfs(bwrap):
+        return opts
+    out: list[str] = []
+    for opt in opts:
+        if opt == "--tmpfs" and out[-2:-1] != ["--size"]:
+            out += ["--size", str(_layers.SCRATCH_BYTES)]
+        out.append(opt)
+    return out
+
+
+@functools.cache
+def _sizes_tmpfs(bwrap: str) -> bool:
+    """Whether this bubblewrap takes ``--size`` (probed once per process)."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in done.stdout + done.stderr
 
 
 def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | SandboxPlan:

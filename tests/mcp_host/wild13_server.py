@@ -1,0 +1,89 @@
+"""A stdio MCP server written by hand for the thirteenth round of wild servers: a server that
+tries to abuse the host from inside its sandbox. ``fill`` takes a ``key`` naming one of the
+places a confined server may write without any setting (``tmp``: ``/tmp``; ``home``: its
+private home; ``env``: its own environment, ``sys.prefix``, under its private write layer) and
+writes 1 MiB blocks into a file there until the write fails or ``W13_FILL_MIB`` MiB are written
+(a bound of the test's own, so that a host without a bound never runs out of memory), then
+removes the file and answers ``stopped at N MiB: ERRNO`` or ``never stopped: N MiB``.
+``lookup`` answers ``value-of-<key>`` after writing and reading back a small file in ``/tmp``
+(what an honest server does with its scratch space)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from typing import Any
+
+FILL_MIB = int(os.environ.get("W13_FILL_MIB", "64"))
+out = sys.stdout.buffer
+KEY = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+TOOLS = [
+    {"name": "lookup", "description": "Looks up a key.", "inputSchema": KEY},
+    {"name": "fill", "description": "Fills a scratch folder.", "inputSchema": KEY},
+]
+PLACES = {"tmp": "/tmp", "home": os.path.expanduser("~"), "env": sys.prefix}
+
+
+def send(message: dict[str, Any]) -> None:
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
+
+
+def fill(place: str) -> str:
+    path = os.path.join(PLACES[place], "w13-fill.bin")
+    block = b"\xa5" * (1 << 20)
+    written = 0
+    try:
+        with open(path, "wb") as f:
+            while written < FILL_MIB:
+                f.write(block)
+                f.flush()
+                written += 1
+    except OSError as err:
+        return f"stopped at {written} MiB: {errno.errorcode.get(err.errno or 0, str(err))}"
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    return f"never stopped: {written} MiB"
+
+
+def call(params: dict[str, Any]) -> dict[str, Any]:
+    name, key = params.get("name"), str((params.get("arguments") or {}).get("key"))
+    if name == "fill":
+        return {"content": [{"type": "text", "text": fill(key)}]}
+    scratch = os.path.join("/tmp", f"w13-{key}.txt")
+    with open(scratch, "w", encoding="utf-8") as f:
+        f.write(f"value-of-{key}")
+    with open(scratch, encoding="utf-8") as f:
+        return {"content": [{"type": "text", "text": f.read()}]}
+
+
+def main() -> None:
+    for raw in sys.stdin.buffer:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        method, ident, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if ident is None or method is None:  # a notification, or an answer
+            continue
+        if method == "initialize":
+            result = {
+                "protocolVersion": params.get("protocolVersion"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "wild13", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": TOOLS}
+        elif method == "tools/call":
+            result = call(params)
+        else:
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no {method}"}})
+            continue
+        send({"jsonrpc": "2.0", "id": ident, "result": result})
+
+
+if __name__ == "__main__":
+    main()
