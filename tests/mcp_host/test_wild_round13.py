@@ -4,24 +4,33 @@ server (``wild13_server.py``) fills the folders it may write without any setting
 its private home, the private write layer over its own environment): each is memory on the
 host, and a tmpfs holds half of the host's memory unless bounded. Each write stops at the
 bound with ENOSPC inside, the call answers (a typed tool answer, the run goes on), and the
-honest use of the same scratch space still works after it."""
+honest use of the same scratch space still works after it. With a network allowlist, the
+server opens hundreds of connections to the host's proxy and holds each with half a request:
+each accepted one is a descriptor of the host's own process (which also holds its pins, state,
+traces and every other server), so past the proxy's bound one more is answered 503 and closed,
+the host's descriptors stay bounded, and once the server lets its connections go a listed
+destination is fetched again."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from tether.mcp import _layers
+from tether.mcp import _layers, _netproxy
 from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
 
 from .conftest import approve, script, write_config
+from .test_sandbox_network import web
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X4"), pytest.mark.slow]
 
+NO_BWRAP = f"bwrap does not work here: {bwrap_status(None)[1]}"
 SERVER = Path(__file__).with_name("wild13_server.py")
 BOUND_MIB = 8  # the test's bound on each scratch folder (the host's is far larger)
 FILL_MIB = 64  # what the server tries to write into each: past the bound, never near the memory
@@ -39,9 +48,7 @@ def _filler() -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(
-    bwrap_status(None)[0] is None, reason=f"bwrap does not work here: {bwrap_status(None)[1]}"
-)
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
 async def test_a_confined_server_filling_its_scratch_folders_stops_at_the_bound_and_still_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,3 +75,50 @@ async def test_a_confined_server_filling_its_scratch_folders_stops_at_the_bound_
         assert "stopped at" in answer and "ENOSPC" in answer, answer
         written = int(answer.split("stopped at ")[1].split(" MiB")[0])
         assert written <= BOUND_MIB, answer
+
+
+PROXY_BOUND = 16  # the test's bound on a server's connections through the proxy
+HOGGED = 200  # what the server opens and holds
+
+
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
+async def test_a_server_holding_hundreds_of_proxy_connections_is_refused_past_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_netproxy, "MAX_CONNECTIONS", PROXY_BOUND)
+    with web() as (listed, asked):
+        server = _filler() | {"network": [f"127.0.0.1:{listed}"], "sandbox": "required"}
+        server["effects"] |= {"hog": "read", "release": "read", "fetch": "read"}
+        config = write_config(tmp_path, [server])
+        await approve(config, "w")
+        url = f"http://127.0.0.1:{listed}/ok"
+        most = [0]
+        before = len(os.listdir("/proc/self/fd"))
+
+        async def count_descriptors() -> None:
+            while True:
+                most[0] = max(most[0], len(os.listdir("/proc/self/fd")))
+                await anyio.sleep(0.005)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count_descriptors)
+            run = await run_question(
+                config,
+                "Q",
+                script(
+                    ("w__fetch", {"key": url}),
+                    ("w__hog", {"key": str(HOGGED)}),
+                    ("w__fetch", {"key": url}),
+                    ("w__release", {"key": "-"}),
+                    ("w__fetch", {"key": url}),
+                    "done",
+                ),
+            )
+            tg.cancel_scope.cancel()
+    first, hogged, again = run.seen("w__fetch")
+    assert f"FETCHED:200:HELLO-FROM-{listed}" in first and f"FETCHED:200:HELLO-FROM-{listed}" in again
+    assert "503" in hogged and "connections open through the host's proxy" in hogged, hogged
+    (held,) = run.seen("w__hog")
+    assert f"held {HOGGED}, refused {HOGGED - PROXY_BOUND}" in held, held
+    assert most[0] - before < HOGGED // 2  # the host's descriptors: bounded, not one per connection
+    assert asked == ["/ok", "/ok"] and run.result.stop_reason == "accepted"

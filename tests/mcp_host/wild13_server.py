@@ -6,15 +6,24 @@ writes 1 MiB blocks into a file there until the write fails or ``W13_FILL_MIB`` 
 (a bound of the test's own, so that a host without a bound never runs out of memory), then
 removes the file and answers ``stopped at N MiB: ERRNO`` or ``never stopped: N MiB``.
 ``lookup`` answers ``value-of-<key>`` after writing and reading back a small file in ``/tmp``
-(what an honest server does with its scratch space)."""
+(what an honest server does with its scratch space). With a network allowlist: ``hog`` opens
+``key`` connections to the host's proxy (``HTTP_PROXY``), each sending half a request head and
+held open, then answers ``held N, refused R`` (R: those the proxy answered 503 within a second);
+``release`` closes them; ``fetch`` fetches the URL ``key`` through the proxy."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import socket
 import sys
+import time
+import urllib.error
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 FILL_MIB = int(os.environ.get("W13_FILL_MIB", "64"))
 out = sys.stdout.buffer
@@ -22,7 +31,11 @@ KEY = {"type": "object", "properties": {"key": {"type": "string"}}, "required": 
 TOOLS = [
     {"name": "lookup", "description": "Looks up a key.", "inputSchema": KEY},
     {"name": "fill", "description": "Fills a scratch folder.", "inputSchema": KEY},
+    {"name": "hog", "description": "Holds connections.", "inputSchema": KEY},
+    {"name": "release", "description": "Lets them go.", "inputSchema": KEY},
+    {"name": "fetch", "description": "Fetches a URL.", "inputSchema": KEY},
 ]
+held: list[socket.socket] = []
 PLACES = {"tmp": "/tmp", "home": os.path.expanduser("~"), "env": sys.prefix}
 
 
@@ -49,10 +62,40 @@ def fill(place: str) -> str:
     return f"never stopped: {written} MiB"
 
 
+def hog(count: int) -> str:
+    proxy = urlsplit(os.environ.get("HTTP_PROXY", ""))
+    for _ in range(count):
+        s = socket.create_connection((proxy.hostname or "", proxy.port or 0), timeout=5)
+        s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\n")  # the head never ends
+        held.append(s)
+    deadline = time.monotonic() + 1.0
+    refused = 0
+    for s in held:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            refused += s.recv(64).startswith(b"HTTP/1.1 503")
+    return f"held {len(held)}, refused {refused}"
+
+
+def fetch(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return f"FETCHED:{answer.status}:" + answer.read(500).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as err:
+        return f"cannot fetch: HTTP {err.code}: " + err.read(500).decode("utf-8", errors="replace")
+    except (OSError, ValueError) as err:
+        return f"cannot fetch: {type(err).__name__}: {err}"
+
+
 def call(params: dict[str, Any]) -> dict[str, Any]:
     name, key = params.get("name"), str((params.get("arguments") or {}).get("key"))
-    if name == "fill":
-        return {"content": [{"type": "text", "text": fill(key)}]}
+    if name in ("fill", "hog", "release", "fetch"):
+        if name == "release":
+            for s in held:
+                s.close()
+            held.clear()
+        text = {"fill": fill, "hog": lambda k: hog(int(k)), "fetch": fetch}.get(str(name), str)(key)
+        return {"content": [{"type": "text", "text": text}]}
     scratch = os.path.join("/tmp", f"w13-{key}.txt")
     with open(scratch, "w", encoding="utf-8") as f:
         f.write(f"value-of-{key}")
