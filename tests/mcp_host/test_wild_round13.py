@@ -9,7 +9,10 @@ server opens hundreds of connections to the host's proxy and holds each with hal
 each accepted one is a descriptor of the host's own process (which also holds its pins, state,
 traces and every other server), so past the proxy's bound one more is answered 503 and closed,
 the host's descriptors stay bounded, and once the server lets its connections go a listed
-destination is fetched again."""
+destination is fetched again. A server that writes a folder makes a link there, at a path
+declared to it (``sandbox_read``) that was not there yet, to a host folder of its choosing: at
+its next start the sandbox would resolve the declared path through the link and show that
+folder; the path is withheld instead, named, and the folder the server writes still works."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import pytest
 from tether.mcp import _layers, _netproxy
 from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, write_config
 from .test_sandbox_network import web
@@ -122,3 +126,44 @@ async def test_a_server_holding_hundreds_of_proxy_connections_is_refused_past_th
     assert f"held {HOGGED}, refused {HOGGED - PROXY_BOUND}" in held, held
     assert most[0] - before < HOGGED // 2  # the host's descriptors: bounded, not one per connection
     assert asked == ["/ok", "/ok"] and run.result.stop_reason == "accepted"
+
+
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
+async def test_a_link_a_server_plants_in_its_writable_folder_never_shows_a_host_folder_next_start(
+    tmp_path: Path,
+) -> None:
+    work, secret = tmp_path / "work", tmp_path / "secret"
+    work.mkdir()
+    secret.mkdir()
+    (secret / "key.txt").write_text("HOST-PRIVATE-KEY", encoding="utf-8")
+    (work / "notes.txt").write_text("shared notes", encoding="utf-8")
+    cache = work / "cache"  # declared to be read, not there yet: the server may make it
+    server = _filler() | {"sandbox_write": [str(work)], "sandbox_read": [str(cache)]}
+    server["effects"] |= {"plant": "read", "peek": "read"}
+    config = write_config(tmp_path, [server])
+    await approve(config, "w")
+    first = await run_question(
+        config,
+        "Q",
+        script(("w__plant", {"key": f"{cache}={secret}"}), ("w__peek", {"key": f"{cache}/key.txt"}), "done"),
+    )
+    assert cache.is_symlink() and "HOST-PRIVATE-KEY" not in first.seen("w__peek")[0]
+    second = await run_question(
+        config,
+        "Q",
+        script(
+            ("w__peek", {"key": f"{cache}/key.txt"}),
+            ("w__peek", {"key": f"{secret}/key.txt"}),
+            ("w__peek", {"key": f"{work}/notes.txt"}),
+            ("w__lookup", {"key": "a"}),
+            "done",
+        ),
+    )
+    through_link, direct, notes = second.seen("w__peek")
+    assert "HOST-PRIVATE-KEY" not in through_link + direct, (through_link, direct)
+    assert "cannot read" in through_link and "cannot read" in direct
+    assert "shared notes" in notes and "value-of-a" in second.seen("w__lookup")[0]
+    trace = read_trace(second.result.trace_path)  # type: ignore[arg-type]
+    (launch,) = [e for e in trace if e["kind"] == "mcp_sandbox" and e["action"] == "confined"]
+    assert str(secret) not in launch["read_only"] and str(work) in launch["read_write"]
+    assert any(str(cache) in w and "a link in a folder the server writes" in w for w in launch["withheld"])

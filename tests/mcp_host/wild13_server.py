@@ -9,7 +9,9 @@ removes the file and answers ``stopped at N MiB: ERRNO`` or ``never stopped: N M
 (what an honest server does with its scratch space). With a network allowlist: ``hog`` opens
 ``key`` connections to the host's proxy (``HTTP_PROXY``), each sending half a request head and
 held open, then answers ``held N, refused R`` (R: those the proxy answered 503 within a second);
-``release`` closes them; ``fetch`` fetches the URL ``key`` through the proxy."""
+``release`` closes them; ``fetch`` fetches the URL ``key`` through the proxy. ``plant`` takes
+``LINK=TARGET`` and makes ``LINK`` a symbolic link to ``TARGET`` (in a folder it may write, to
+a host path); ``peek`` answers the text of the file ``key``, or ``cannot read``."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ TOOLS = [
     {"name": "hog", "description": "Holds connections.", "inputSchema": KEY},
     {"name": "release", "description": "Lets them go.", "inputSchema": KEY},
     {"name": "fetch", "description": "Fetches a URL.", "inputSchema": KEY},
+    {"name": "plant", "description": "Makes a link.", "inputSchema": KEY},
+    {"name": "peek", "description": "Reads a file.", "inputSchema": KEY},
 ]
 held: list[socket.socket] = []
 PLACES = {"tmp": "/tmp", "home": os.path.expanduser("~"), "env": sys.prefix}
@@ -87,14 +91,30 @@ def fetch(url: str) -> str:
         return f"cannot fetch: {type(err).__name__}: {err}"
 
 
+def plant(key: str) -> str:
+    link, _, target = key.partition("=")
+    os.symlink(target, link)
+    return f"planted {link}"
+
+
+def peek(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as err:
+        return f"cannot read: {err}"
+
+
 def call(params: dict[str, Any]) -> dict[str, Any]:
     name, key = params.get("name"), str((params.get("arguments") or {}).get("key"))
-    if name in ("fill", "hog", "release", "fetch"):
+    if name in ("fill", "hog", "release", "fetch", "plant", "peek"):
         if name == "release":
             for s in held:
                 s.close()
             held.clear()
-        text = {"fill": fill, "hog": lambda k: hog(int(k)), "fetch": fetch}.get(str(name), str)(key)
+        text = {"fill": fill, "hog": lambda k: hog(int(k)), "fetch": fetch, "plant": plant, "peek": peek}.get(
+            str(name), str
+        )(key)
         return {"content": [{"type": "text", "text": text}]}
     scratch = os.path.join("/tmp", f"w13-{key}.txt")
     with open(scratch, "w", encoding="utf-8") as f:

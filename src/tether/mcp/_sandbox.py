@@ -158,20 +158,27 @@ def plan_confinement(
         return SandboxPlan(mode, argv, problem=launch.problem)
     withheld = list(launch.withheld)
 
-    def allowed(p: Path) -> bool:
+    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
+    writes, reads = [Path(w).expanduser() for w in write], [Path(r).expanduser() for r in read]
+    writable = [p.resolve() for p in (*writes, *(written if roots_writable else ()))]
+
+    def allowed(given: Path) -> bool:
+        p = given.resolve()
+        if (planted := _planted(given, writable)) is not None:
+            withheld.append(planted)
+            return False
         for q in guarded:
             if inside(q, p):
                 withheld.append(f"{p} (holds {q}, {NEVER_SEEN})")
                 return False
         return p.exists()
 
-    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
-    declared_roots = [p.resolve() for p in written]
-    rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
+    declared_roots = [p.resolve() for p in written if allowed(p)]
+    rw = [p.resolve() for p in writes if allowed(p)]
     # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
-    ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
-    (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
-    written += [Path(w).expanduser() for w in (*write, *read)]
+    ro = [p.resolve() for p in reads if allowed(p)]
+    (rw if roots_writable else ro).extend(declared_roots)
+    written += [*writes, *reads]
     opts = _system_opts(network)
     for op in launch.ops:
         opts += list(op)
@@ -204,6 +211,18 @@ def plan_confinement(
     return SandboxPlan(
         mode, argv, inside_env, tuple(opts), confinement, tuple(launch.data), proxy=proxy, unshown=unshown
     )
+
+
+def _planted(path: Path, writable: Sequence[Path]) -> str | None:
+    """Why ``path`` (as declared) is withheld when a link on the way to it lies in a folder the
+    server may write: the server may have made it, to be shown a host path of its choosing at its
+    next start (None: no such link)."""
+    at = Path(os.path.abspath(path))
+    for n in range(2, len(at.parts) + 1):
+        step = Path(*at.parts[:n])
+        if step.is_symlink() and any(inside(step.parent.resolve(), w) for w in writable):
+            return f"{path} (through {step}, a link in a folder the server writes: it may have made it)"
+    return None
 
 
 def _system_opts(network: Network) -> list[str]:
