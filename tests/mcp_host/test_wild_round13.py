@@ -12,7 +12,9 @@ the host's descriptors stay bounded, and once the server lets its connections go
 destination is fetched again. A server that writes a folder makes a link there, at a path
 declared to it (``sandbox_read``) that was not there yet, to a host folder of its choosing: at
 its next start the sandbox would resolve the declared path through the link and show that
-folder; the path is withheld instead, named, and the folder the server writes still works."""
+folder; the path is withheld instead, named, and the folder the server writes still works.
+Its own environment in a folder it writes, it names a host folder in a ``.pth`` file there and
+as its venv's ``home``: the launcher reads neither at its next start, and it still starts."""
 
 from __future__ import annotations
 
@@ -167,3 +169,40 @@ async def test_a_link_a_server_plants_in_its_writable_folder_never_shows_a_host_
     (launch,) = [e for e in trace if e["kind"] == "mcp_sandbox" and e["action"] == "confined"]
     assert str(secret) not in launch["read_only"] and str(work) in launch["read_write"]
     assert any(str(cache) in w and "a link in a folder the server writes" in w for w in launch["withheld"])
+
+
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
+async def test_files_a_server_writes_into_its_own_venv_never_name_what_its_next_start_shows(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    work, secret = tmp_path / "work", tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.txt").write_text("HOST-PRIVATE-KEY", encoding="utf-8")
+    (secret / "bin").mkdir()
+    venv = work / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python3*/site-packages")
+    server = _filler() | {
+        "command": [str(venv / "bin" / "python"), str(SERVER)],
+        "sandbox_write": [str(work)],
+    }
+    server["effects"] |= {"plant": "read", "peek": "read"}
+    config = write_config(tmp_path, [server])
+    await approve(config, "w")
+    cfg = venv / "pyvenv.cfg"
+    (site / "zz.pth").write_text(f"{secret}\n", encoding="utf-8")  # as the server would
+    cfg.write_text(f"home = {secret}/bin\n", encoding="utf-8")
+    run = await run_question(
+        config,
+        "Q",
+        script(("w__peek", {"key": "/opt/mcp/*/key.txt"}), ("w__lookup", {"key": "a"}), "done"),
+    )
+    (peeked,) = run.seen("w__peek")
+    assert "HOST-PRIVATE-KEY" not in peeked and "cannot read" in peeked, peeked
+    assert "value-of-a" in run.seen("w__lookup")[0]  # it started, from the interpreter itself
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    (launch,) = [e for e in trace if e["kind"] == "mcp_sandbox" and e["action"] == "confined"]
+    assert str(secret) not in launch["read_only"]
+    assert any(str(site / "zz.pth") in w for w in launch["withheld"])

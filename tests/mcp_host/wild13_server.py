@@ -11,7 +11,8 @@ removes the file and answers ``stopped at N MiB: ERRNO`` or ``never stopped: N M
 held open, then answers ``held N, refused R`` (R: those the proxy answered 503 within a second);
 ``release`` closes them; ``fetch`` fetches the URL ``key`` through the proxy. ``plant`` takes
 ``LINK=TARGET`` and makes ``LINK`` a symbolic link to ``TARGET`` (in a folder it may write, to
-a host path); ``peek`` answers the text of the file ``key``, or ``cannot read``."""
+a host path); ``peek`` answers the text of the file ``key`` (with a ``*``, the first file
+matching it), or ``cannot read``."""
 
 from __future__ import annotations
 
@@ -98,6 +99,10 @@ def plant(key: str) -> str:
 
 
 def peek(path: str) -> str:
+    if "*" in path:  # the first file matching a pattern (where a launcher may have shown it)
+        import glob
+
+        path = next(iter(sorted(glob.glob(path))), path)
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()

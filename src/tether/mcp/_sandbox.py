@@ -153,14 +153,12 @@ def plan_confinement(
     env = dict(env or {})
     base = (Path(cwd) if cwd else Path.cwd()).resolve()
     guarded = [Path(p).resolve() for p in protected]
-    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network != "none")
+    written, writes, reads, writable = _declared(roots, write, read, roots_writable)
+    online = network != "none"
+    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=online, writable=writable)
     if launch.problem:
         return SandboxPlan(mode, argv, problem=launch.problem)
     withheld = list(launch.withheld)
-
-    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
-    writes, reads = [Path(w).expanduser() for w in write], [Path(r).expanduser() for r in read]
-    writable = [p.resolve() for p in (*writes, *(written if roots_writable else ()))]
 
     def allowed(given: Path) -> bool:
         p = given.resolve()
@@ -211,6 +209,17 @@ def plan_confinement(
     return SandboxPlan(
         mode, argv, inside_env, tuple(opts), confinement, tuple(launch.data), proxy=proxy, unshown=unshown
     )
+
+
+def _declared(
+    roots: Iterable[str], write: Iterable[str], read: Iterable[str], roots_writable: bool
+) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
+    """The declared paths as written (roots, sandbox_write, sandbox_read), and the real folders
+    the server writes."""
+    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
+    writes, reads = [Path(w).expanduser() for w in write], [Path(r).expanduser() for r in read]
+    writable = [p.resolve() for p in (*writes, *(written if roots_writable else ()))]
+    return written, writes, reads, writable
 
 
 def _planted(path: Path, writable: Sequence[Path]) -> str | None:
