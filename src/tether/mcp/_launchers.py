@@ -52,6 +52,15 @@ class Launch:
     _shown: dict[Path, str] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
     _protected: list[Path] = field(default_factory=list)
+    _writable: list[Path] = field(default_factory=list)  # folders the server writes (its next start reads)
+
+    def untrusted(self, file: Path) -> bool:
+        """Whether ``file`` lies in a folder the server writes: what it names is never shown."""
+        real = file.resolve()
+        if any(inside(real, w) for w in self._writable):
+            self.withheld.append(f"what {file} names (it lies in a folder the server writes)")
+            return True
+        return False
 
     def translate(self, host: Path) -> str | None:
         """Where a host path shows inside (a system path at its own), or ``None``."""
@@ -116,8 +125,10 @@ def resolve_launch(
     cwd: Path,
     protected: Iterable[Path] = (),
     network: bool = False,
+    writable: Iterable[Path] = (),
 ) -> Launch:
-    """The launch profile of ``argv`` (run in ``cwd`` with ``env``)."""
+    """The launch profile of ``argv`` (run in ``cwd`` with ``env``); a file it reads in a folder
+    of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files) names nothing it shows."""
     guarded = [Path(p).resolve() for p in protected]
     argv = list(argv)
     exe = _which(argv[0], env, cwd)
@@ -130,7 +141,8 @@ def resolve_launch(
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
-        return _python(Launch("python", argv, _protected=guarded), exe, interpreter, env, cwd)
+        python = Launch("python", argv, _protected=guarded, _writable=[Path(w).resolve() for w in writable])
+        return _python(python, exe, interpreter, env, cwd)
     if interpreter is not None and Path(interpreter).name in _NODE:
         return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
     launch = Launch("executable", argv, _protected=guarded)
@@ -221,6 +233,8 @@ def _show_python(launch: Launch, interp: Path) -> str:
     """Show the interpreter's installation (and its venv, rewired to it); the path to run."""
     venv = interp.parent.parent if (interp.parent.parent / "pyvenv.cfg").is_file() else None
     config = _venv_config(venv) if venv is not None else {}
+    if venv is not None and "home" in config and launch.untrusted(venv / "pyvenv.cfg"):
+        del config["home"]
     real = interp.resolve()
     base = Path(config["home"]).resolve().parent if "home" in config else real.parent.parent
     base_at = launch.show(base, "python") or str(base)
@@ -253,6 +267,8 @@ def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
     for prefix in list(launch.read_only):
         for site in sorted(prefix.glob("lib/python3*/site-packages")):
             for pth in sorted(site.glob("*.pth")):
+                if launch.untrusted(pth):
+                    continue
                 try:
                     lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
                 except OSError:

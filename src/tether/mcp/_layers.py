@@ -15,9 +15,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["LAUNCHER", "LAYERS", "layered", "overlay_status", "run_in_layers"]
+__all__ = ["LAUNCHER", "LAYERS", "SCRATCH_BYTES", "layered", "overlay_status", "run_in_layers"]
 
 LAYERS = "/mnt"  # in the launch's own mount namespace: where the layers are laid
+# The most each memory-backed folder of a confined server holds: the layers' tmpfs (its private
+# write layers) here, its /tmp, home and a launcher's tmpfs in ``tether.mcp._sandbox``. Past it,
+# a write fails with ENOSPC inside instead of filling the host's memory (a tmpfs's default is half).
+SCRATCH_BYTES = 512 << 20
 
 LAUNCHER = r"""
 import ctypes, os, sys
@@ -30,7 +34,8 @@ def fail(what):
 def mount(source, target, kind=None, flags=0, data=None):
     enc = lambda s: None if s is None else s.encode()
     return libc.mount(enc(source), enc(target), enc(kind), flags, enc(data)) == 0
-at, net, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+at, net, rest = sys.argv[1], sys.argv[2], sys.argv[4:]
+SCRATCH = int(sys.argv[3])
 lowers, rest = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
 staged, command = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
 uid, gid = os.getuid(), os.getgid()
@@ -52,7 +57,7 @@ if net != "-":
         socket.send_fds(channel, [b"L"], [listener.fileno()])
 if not mount("none", "/", None, REC | PRIVATE):
     fail("cannot make the mounts private")
-if (lowers or staged) and not mount("tether-layers", at, "tmpfs"):
+if (lowers or staged) and not mount("tether-layers", at, "tmpfs", 0, "size=%d" % SCRATCH):
     fail("cannot mount a tmpfs on " + at)
 if lowers or staged:
     os.mkdir(at + "/e")
@@ -83,7 +88,8 @@ def layered(
     """``argv`` (bwrap's) run after the layers over ``lowers`` and views of ``staged``; with ``net``
     (``PORT:FD``) in a network namespace of its own whose proxy socket is sent over ``FD``."""
     folders = [str(len(lowers)), *map(str, lowers), str(len(staged)), *map(str, staged)]
-    return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, net or "-", *folders, *argv]
+    scratch = str(SCRATCH_BYTES)
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, net or "-", scratch, *folders, *argv]
 
 
 _STATUS: list[str | None] = []  # overlay_status's answer, once known (this process)

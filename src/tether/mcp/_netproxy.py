@@ -3,7 +3,9 @@
 It listens on a socket the launch bound at ``127.0.0.1:PROXY_PORT`` in the server's own network
 namespace and connects out from the host's. It speaks ``CONNECT`` (TLS end to end) and
 absolute-form ``http://`` requests; a refused destination gets ``403`` with the reason and
-``on_refused`` hears of it once. Request heads are parsed by h11, capped at ``HEAD_LIMIT``.
+``on_refused`` hears of it once. Request heads are parsed by h11, capped at ``HEAD_LIMIT``. At
+most ``MAX_CONNECTIONS`` of a server's connections are open at once (each holds descriptors of
+the host's process): one more is answered ``503`` and closed at once.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import h11
 
 from tether.mcp._netallow import PROXY_PORT, Address, Entry, matching, parse_host, special_address
 
-__all__ = ["HEAD_LIMIT", "PROXY_PORT", "receive_listener", "serving"]
+__all__ = ["HEAD_LIMIT", "MAX_CONNECTIONS", "PROXY_PORT", "receive_listener", "serving"]
 
 HEAD_LIMIT = 16 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 15.0
+MAX_CONNECTIONS = 64  # one server's connections open at once through the host's proxy
 _HOP = {b"connection", b"proxy-connection", b"keep-alive", b"proxy-authorization", b"upgrade", b"te"}
 _log = logging.getLogger("tether.mcp")
 
@@ -56,6 +59,7 @@ async def serving(
     """Serve the proxy on ``sock`` (listening) while the block runs; then stop every connection."""
     allowed = tuple(entries)
     told: set[str] = set()
+    open_now = [0]
 
     def refused(destination: str, why: str) -> None:
         if destination not in told and len(told) < 1000:
@@ -64,10 +68,18 @@ async def serving(
 
     async def handle(client: anyio.abc.SocketStream) -> None:
         async with client:
+            if open_now[0] >= MAX_CONNECTIONS:  # its descriptors are the host's: one more is closed
+                why = f"this server already has {MAX_CONNECTIONS} connections open through the host's proxy"
+                with suppress(Exception):
+                    await client.send(_answer(503, "Service Unavailable", why))
+                return
+            open_now[0] += 1
             try:
                 await _serve_one(client, allowed, refused)
             except Exception as err:  # one connection's failure never ends the proxy
                 _log.debug("network proxy: %s: %s", type(err).__name__, err)
+            finally:
+                open_now[0] -= 1
 
     async def serve(tg: anyio.abc.TaskGroup) -> None:
         try:
@@ -96,12 +108,7 @@ async def _serve_one(
     except _Answer as answer:
         if answer.status == 403 and answer.destination is not None:
             refused(answer.destination, answer.why)
-        body = f"tether: {answer.why}\n".encode()
-        await client.send(
-            f"HTTP/1.1 {answer.status} {answer.reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
+        await client.send(_answer(answer.status, answer.reason, answer.why))
         return
     async with upstream:
         if forward is None:
@@ -111,6 +118,16 @@ async def _serve_one(
         if rest:
             await upstream.send(rest)
         await _pipe(client, upstream)
+
+
+def _answer(status: int, reason: str, why: str) -> bytes:
+    """The proxy's own answer (plain text), closing the connection."""
+    body = f"tether: {why}\n".encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
 
 
 async def _read_head(client: anyio.abc.SocketStream) -> tuple[bytes, bytes]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from tether.mcp import _layers
 from tether.mcp._launchers import MOUNT_ROOT, NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
@@ -152,25 +153,30 @@ def plan_confinement(
     env = dict(env or {})
     base = (Path(cwd) if cwd else Path.cwd()).resolve()
     guarded = [Path(p).resolve() for p in protected]
-    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network != "none")
+    written, writes, reads, writable = _declared(roots, write, read, roots_writable)
+    online = network != "none"
+    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=online, writable=writable)
     if launch.problem:
         return SandboxPlan(mode, argv, problem=launch.problem)
     withheld = list(launch.withheld)
 
-    def allowed(p: Path) -> bool:
+    def allowed(given: Path) -> bool:
+        p = given.resolve()
+        if (planted := _planted(given, writable)) is not None:
+            withheld.append(planted)
+            return False
         for q in guarded:
             if inside(q, p):
                 withheld.append(f"{p} (holds {q}, {NEVER_SEEN})")
                 return False
         return p.exists()
 
-    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
-    declared_roots = [p.resolve() for p in written]
-    rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
+    declared_roots = [p.resolve() for p in written if allowed(p)]
+    rw = [p.resolve() for p in writes if allowed(p)]
     # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
-    ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
-    (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
-    written += [Path(w).expanduser() for w in (*write, *read)]
+    ro = [p.resolve() for p in reads if allowed(p)]
+    (rw if roots_writable else ro).extend(declared_roots)
+    written += [*writes, *reads]
     opts = _system_opts(network)
     for op in launch.ops:
         opts += list(op)
@@ -191,6 +197,7 @@ def plan_confinement(
     else:
         workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
     opts += ["--chdir", workdir, "--"]
+    opts = _bounded(opts, found)
     inside_env = _inside_env(env, launch, network)
     shown = (*(str(p) for p in launch.read_only), *shown_ro)
     confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
@@ -202,6 +209,29 @@ def plan_confinement(
     return SandboxPlan(
         mode, argv, inside_env, tuple(opts), confinement, tuple(launch.data), proxy=proxy, unshown=unshown
     )
+
+
+def _declared(
+    roots: Iterable[str], write: Iterable[str], read: Iterable[str], roots_writable: bool
+) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
+    """The declared paths as written (roots, sandbox_write, sandbox_read), and the real folders
+    the server writes."""
+    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
+    writes, reads = [Path(w).expanduser() for w in write], [Path(r).expanduser() for r in read]
+    writable = [p.resolve() for p in (*writes, *(written if roots_writable else ()))]
+    return written, writes, reads, writable
+
+
+def _planted(path: Path, writable: Sequence[Path]) -> str | None:
+    """Why ``path`` (as declared) is withheld when a link on the way to it lies in a folder the
+    server may write: the server may have made it, to be shown a host path of its choosing at its
+    next start (None: no such link)."""
+    at = Path(os.path.abspath(path))
+    for n in range(2, len(at.parts) + 1):
+        step = Path(*at.parts[:n])
+        if step.is_symlink() and any(inside(step.parent.resolve(), w) for w in writable):
+            return f"{path} (through {step}, a link in a folder the server writes: it may have made it)"
+    return None
 
 
 def _system_opts(network: Network) -> list[str]:
@@ -219,6 +249,30 @@ def _system_opts(network: Network) -> list[str]:
     for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
         opts += ["--ro-bind-try", etc, etc]
     return [*opts, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+
+
+def _bounded(opts: list[str], bwrap: str) -> list[str]:
+    """The options with every tmpfs the server gets (its /tmp, its home, a launcher's) at most
+    ``tether.mcp._layers.SCRATCH_BYTES``, as its write layers are (``--size``, bubblewrap 0.7+;
+    an older one leaves them unbounded)."""
+    if not _sizes_tmpfs(bwrap):
+        return opts
+    out: list[str] = []
+    for opt in opts:
+        if opt == "--tmpfs" and out[-2:-1] != ["--size"]:
+            out += ["--size", str(_layers.SCRATCH_BYTES)]
+        out.append(opt)
+    return out
+
+
+@functools.cache
+def _sizes_tmpfs(bwrap: str) -> bool:
+    """Whether this bubblewrap takes ``--size`` (probed once per process)."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in done.stdout + done.stderr
 
 
 def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | SandboxPlan:
