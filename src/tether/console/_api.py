@@ -23,7 +23,7 @@ from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
 from tether.console._resume import resume_run
-from tether.console._runs import RunSummary, run_filter, run_totals, timeline
+from tether.console._runs import RunSummary, RunView, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import UNSTORABLE, Gate, holds_unstorable
@@ -199,13 +199,17 @@ async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, bo
 
 
 async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    run, events = await sources.run(p, request.path_params["run_id"])
-    return await anyio.to_thread.run_sync(_run_json, run, events)
+    run, view = await sources.run(p, request.path_params["run_id"])
+    return await anyio.to_thread.run_sync(_run_json, run, view)
 
 
-def _run_json(run: RunSummary, events: list[dict[str, Any]]) -> dict[str, Any]:
-    items = [i.to_json() for i in timeline(events)]
-    return {**run.to_json(), "totals": run_totals(events), "timeline": items}
+def _run_json(run: RunSummary, view: RunView) -> dict[str, Any]:
+    """The run, its totals and timeline over what was read; ``cut`` (only when the trace was not
+    read whole) says what was left: the totals then cover the events shown."""
+    items = [i.to_json() for i in timeline(view.events)]
+    out = {**run.to_json(), "totals": run_totals(view.events), "timeline": items}
+    notice = view.notice()
+    return out if notice is None else {**out, "cut": notice}
 
 
 async def _resume(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -37,7 +37,6 @@ Handler = Callable[[Request, Principal], Awaitable[Response]]
 Viewer = Callable[[ConsoleSources, Principal, str], Awaitable[dict[str, Any]]]
 SHOWN_RUNS = 500  # on the runs page, newest first, after its filters
 SCANNED_RUNS = 20_000  # the runs the page's filters and their choices read (a folder's all, cached)
-SHOWN_EVENTS = 2000  # of one run's timeline on its page (the API gives every event)
 
 NOTICES = {
     "approved": "Approved. The paused run continues when it is resumed.",
@@ -413,8 +412,10 @@ class _Pages:
 
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary, events = await self.sources.run(me, run_id)
-        items, totals = await anyio.to_thread.run_sync(lambda: (timeline(events), run_totals(events)))
+        summary, view = await self.sources.run(me, run_id)
+        items, totals = await anyio.to_thread.run_sync(
+            lambda: (timeline(view.events), run_totals(view.events))
+        )
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
@@ -438,7 +439,7 @@ class _Pages:
             checkpoint=checkpoint,
             resumable=resumable,
             result=None,
-            shown_events=SHOWN_EVENTS,
+            cut=view.notice(),
         )
 
     async def resume(self, request: Request, me: Principal) -> Response:

@@ -6,15 +6,16 @@ deployment's come from its shared trace store (``StoredTraceIndex``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tether.trace._stats import number, trace_stats
 
@@ -22,6 +23,7 @@ __all__ = [
     "RunFilter",
     "RunIndex",
     "RunSummary",
+    "RunView",
     "StoredTraceIndex",
     "TimelineItem",
     "TraceIndex",
@@ -93,31 +95,96 @@ def run_filter(params: Mapping[str, str]) -> RunFilter:
     )
 
 
-def _read(path: Path) -> list[dict[str, Any]]:
-    events = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                value = json.loads(line)
-            except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
-                continue
-            if isinstance(value, dict):
-                events.append(value)
-    return events
+# What one view of a run (its page, its API) reads of its trace: the one owner of these bounds.
+VIEW_EVENTS = 2000  # events read and shown; the rest of the trace is not read
+VIEW_BYTES = 32 << 20  # bytes of trace read; the rest is not read
+LINE_BYTES = 1 << 20  # one trace line; a longer one is skipped (counted), never loaded whole
 
 
-def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
-    empty: dict[str, Any] = {}
-    return _summary(
-        run_id,
-        {
-            "start": next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
-            "stop": next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
-            "first_ts": events[0].get("ts", "") if events else "",
-            "events": len(events),
-            "resumed": any(e.get("kind") == "run_resumed" for e in events),
-        },
-    )
+@dataclass(slots=True)
+class RunView:
+    """What a view read of one run's trace: its first events, and what it left: lines over
+    ``LINE_BYTES`` skipped, and the bytes after the last one read (``cut``: not all was read)."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    skipped_lines: int = 0
+    skipped_bytes: int = 0
+    unread_bytes: int = 0
+    unread_events: int = 0  # where a store gave them all (a folder's trace counts bytes)
+
+    @property
+    def cut(self) -> bool:
+        return bool(self.skipped_lines or self.unread_bytes or self.unread_events)
+
+    def notice(self) -> dict[str, Any] | None:
+        """The cut, as the page and the API say it (``None``: the whole trace was read)."""
+        if not self.cut:
+            return None
+        return {
+            "events_shown": len(self.events),
+            "lines_skipped": self.skipped_lines,
+            "bytes_skipped": self.skipped_bytes,
+            "bytes_unread": self.unread_bytes,
+            "events_unread": self.unread_events,
+        }
+
+
+def _lines(f: IO[bytes], view: RunView) -> Iterator[bytes]:
+    """The lines of ``f``, each at most ``LINE_BYTES`` (a longer one is read past in pieces,
+    counted in ``view``, and never held whole)."""
+    while line := f.readline(LINE_BYTES + 1):
+        if len(line) > LINE_BYTES and not line.endswith(b"\n"):
+            size = len(line)
+            while (rest := f.readline(LINE_BYTES)) and not rest.endswith(b"\n"):
+                size += len(rest)
+            view.skipped_lines += 1
+            view.skipped_bytes += size + len(rest)
+            continue
+        yield line
+
+
+def _stream(f: IO[bytes], view: RunView) -> Iterator[dict[str, Any]]:
+    for line in _lines(f, view):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def read_view(path: Path) -> RunView:
+    """The first ``VIEW_EVENTS`` events of a trace file, reading at most about ``VIEW_BYTES``."""
+    view = RunView()
+    with path.open("rb") as f:
+        for event in _stream(f, view):
+            view.events.append(event)
+            if len(view.events) >= VIEW_EVENTS or f.tell() >= VIEW_BYTES:
+                break
+        view.unread_bytes = max(0, os.fstat(f.fileno()).st_size - f.tell())
+    return view
+
+
+def _read(path: Path) -> Iterator[dict[str, Any]]:
+    """Every event of a trace file, as a stream (a line over ``LINE_BYTES`` skipped)."""
+    with path.open("rb") as f:
+        yield from _stream(f, RunView())
+
+
+def summarise(run_id: str, events: Iterable[dict[str, Any]]) -> RunSummary:
+    """A run's summary from its events, read once as a stream (none of them kept)."""
+    head: dict[str, Any] = {"start": None, "stop": None, "first_ts": "", "events": 0, "resumed": False}
+    for e in events:
+        kind = e.get("kind")
+        if not head["events"]:
+            head["first_ts"] = e.get("ts", "")
+        head["events"] += 1
+        if head["start"] is None and kind in ("run_started", "run_resumed"):
+            head["start"] = e
+        if kind == "stop":
+            head["stop"] = e
+        head["resumed"] = head["resumed"] or kind == "run_resumed"
+    return _summary(run_id, head)
 
 
 def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
@@ -155,6 +222,11 @@ class RunIndex(ABC):
         events = self.events(run_id)
         return summarise(run_id, events) if events else None
 
+    def view(self, run_id: str) -> RunView:
+        """What a run's page and API show of its trace: its first ``VIEW_EVENTS`` events."""
+        events = self.events(run_id)
+        return RunView(events[:VIEW_EVENTS], unread_events=max(0, len(events) - VIEW_EVENTS))
+
 
 class TraceIndex(RunIndex):
     """The runs of one trace folder."""
@@ -180,29 +252,49 @@ class TraceIndex(RunIndex):
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         if not self.directory.is_dir():
             return []
-        out = []
+        out, seen = [], set()
         for path in self.directory.glob("*.jsonl"):
+            seen.add(path.stem)
             summary = self._summary(path)
             if summary is not None and (flt is None or flt.matches(summary)):
                 out.append(summary)
+        with self._lock:  # a trace deleted since: its memo goes too
+            for run_id in self._cache.keys() - seen:
+                del self._cache[run_id]
         out.sort(key=lambda r: (r.started, r.run_id), reverse=True)
         return out[:limit]
 
     def get(self, run_id: str) -> RunSummary | None:
         path = self.path(run_id)
-        return self._summary(path) if path is not None else None
+        if path is None:
+            self._forget(run_id)
+            return None
+        return self._summary(path)
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         path = self.path(run_id)
-        return _read(path) if path is not None else []
+        return list(_read(path)) if path is not None else []
+
+    def view(self, run_id: str) -> RunView:
+        path = self.path(run_id)
+        try:
+            return read_view(path) if path is not None else RunView()
+        except OSError:
+            return RunView()
+
+    def _forget(self, run_id: str) -> None:
+        with self._lock:
+            self._cache.pop(run_id, None)
 
     def _summary(self, path: Path) -> RunSummary | None:
         run_id = path.stem
         if not valid_run_id(run_id) or not self._inside(path):
+            self._forget(run_id)
             return None
         try:
             st = path.stat()
         except OSError:
+            self._forget(run_id)
             return None
         with self._lock:
             cached = self._cache.get(run_id)
@@ -211,6 +303,7 @@ class TraceIndex(RunIndex):
         try:
             summary = summarise(run_id, _read(path))
         except OSError:
+            self._forget(run_id)
             return None
         with self._lock:
             self._cache[run_id] = (st.st_mtime_ns, st.st_size, summary)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from tether.console._runs import RunFilter, RunIndex, RunSummary, StoredTraceIndex, TraceIndex
+from tether.console._runs import RunFilter, RunIndex, RunSummary, RunView, StoredTraceIndex, TraceIndex
 from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
@@ -60,12 +60,15 @@ class ConsoleSources:
         """One run's trace events, whoever may see them (the caller checks)."""
         return await anyio.to_thread.run_sync(self.traces.events, run_id) if self.traces is not None else []
 
-    async def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, list[dict[str, Any]]]:
-        """A run ``principal`` may see, and its events. Raises ``Hidden`` (unknown, another tenant's)."""
+    async def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, RunView]:
+        """A run ``principal`` may see, and what a view reads of its trace (``RunIndex.view``:
+        bounded). Raises ``Hidden`` (unknown, another tenant's)."""
         run = await self.summary(run_id)
         if run is None or not principal.sees(run.tenant):
             raise Hidden("run")
-        return run, await self.events(run_id)
+        if self.traces is None:
+            return run, RunView()
+        return run, await anyio.to_thread.run_sync(self.traces.view, run_id)
 
     async def pins(self, server: str) -> dict[str, Any]:
         """The pins of ``server`` (none without a pin store)."""
