@@ -7,11 +7,15 @@ repoints the venv's ``bin/python`` link to ``X/bin/python`` of a host folder ``X
 folder that is no Python installation, names it as withheld, and ``X`` is never shown. Its Node
 package there, it replaces the ``node_modules`` above the package (hoisted, as a workspace keeps
 it) by a link to a host folder: the link is withheld and named, and neither the folder's files
-nor a module planted in it reach the server. Before anything is planted, each server
+nor a module planted in it reach the server. Its npx package in a npm cache it writes, it
+rewrites the package's ``bin`` to a host file outside the package: that file is never shown (a
+bin outside its package is not npm's; the package counts as not installed). Before anything is planted, each server
 starts confined from that folder and serves."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -154,3 +158,44 @@ async def test_a_node_modules_link_a_server_plants_never_shows_the_host_folder_i
         str(work / "node_modules") in w and "a link in a folder the server writes" in w
         for w in launch["withheld"]
     ), launch["withheld"]
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
+async def test_an_npx_package_json_a_server_rewrites_never_names_a_host_file_to_run(tmp_path: Path) -> None:
+    work, secret = tmp_path / "work", _secret(tmp_path)
+    installed = work / ".npm" / "_npx" / "0123abcd"  # as npx installs a package: its own folder
+    package = installed / "node_modules" / "srv"
+    (installed / "node_modules" / "helper").mkdir(parents=True)
+    (installed / "node_modules" / "helper" / "index.js").write_text(
+        "module.exports = (k) => `value-of-${k}`;", encoding="utf-8"
+    )
+    package.mkdir()
+    (package / "server.js").write_text("#!/usr/bin/env node\n" + SERVER_JS, encoding="utf-8")
+    manifest = {"name": "srv", "version": "1.0.0", "bin": {"srv": "server.js"}}
+    (package / "package.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (installed / "package.json").write_text(json.dumps({"_npx": {"packages": ["srv"]}}), encoding="utf-8")
+    server = {
+        "name": "n",
+        "transport": "stdio",
+        "command": ["npx", "srv"],
+        "env": {"npm_config_cache": str(work / ".npm")},
+        "effects": {"lookup": "read", "peek": "read"},
+        "sandbox": "required",
+        "sandbox_write": [str(work)],
+        "timeout_s": 60,
+    }
+    (tmp_path / "cfg").mkdir()
+    config = write_config(tmp_path / "cfg", [server])
+    await approve(config, "n")
+    honest = await run_question(config, "Q", script(("n__lookup", {"key": "a"}), "done"))
+    assert "value-of-a" in honest.seen("n__lookup")[0]  # as npx installed it: it serves
+
+    manifest["bin"] = {"srv": os.path.relpath(secret / "key.txt", package)}  # as the server would
+    (package / "package.json").write_text(json.dumps(manifest), encoding="utf-8")
+    run = await run_question(config, "Q", script(("n__peek", {"key": "/opt/mcp/app/key.txt"}), "done"))
+    assert all("HOST-PRIVATE-KEY" not in a for a in run.seen("n__peek"))
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    launches = [e for e in trace if e["kind"] == "mcp_sandbox"]
+    shown = [p for e in launches for p in e.get("read_only", [])]
+    assert launches and not [p for p in shown if str(secret) in p], shown  # not even one file of it
