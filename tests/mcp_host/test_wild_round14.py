@@ -9,8 +9,9 @@ package there, it replaces the ``node_modules`` above the package (hoisted, as a
 it) by a link to a host folder: the link is withheld and named, and neither the folder's files
 nor a module planted in it reach the server. Its npx package in a npm cache it writes, it
 rewrites the package's ``bin`` to a host file outside the package: that file is never shown (a
-bin outside its package is not npm's; the package counts as not installed). Before anything is planted, each server
-starts confined from that folder and serves."""
+bin outside its package is not npm's; the package counts as not installed). A console script
+of its venv there, it rewrites its ``#!`` line to ``X/bin/python``: withheld, named, never shown.
+Before anything is planted, each server starts confined from that folder and serves."""
 
 from __future__ import annotations
 
@@ -199,3 +200,37 @@ async def test_an_npx_package_json_a_server_rewrites_never_names_a_host_file_to_
     launches = [e for e in trace if e["kind"] == "mcp_sandbox"]
     shown = [p for e in launches for p in e.get("read_only", [])]
     assert launches and not [p for p in shown if str(secret) in p], shown  # not even one file of it
+
+
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason=NO_BWRAP)
+async def test_a_console_script_line_a_server_rewrites_never_shows_the_host_folder_it_names(
+    tmp_path: Path,
+) -> None:
+    work, secret = tmp_path / "work", _secret(tmp_path)
+    venv = work / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    console = venv / "bin" / "w14-server"  # a console script of the venv, as pip writes one
+    shutil.copy(SERVER, work / "srv.py")  # its code in the folder it writes, shown there
+    body = f"import runpy\nrunpy.run_path({str(work / 'srv.py')!r}, run_name='__main__')\n"
+    console.write_text(f"#!{venv / 'bin' / 'python'}\n{body}", encoding="utf-8")
+    console.chmod(0o755)
+    server = {
+        "name": "w",
+        "transport": "stdio",
+        "command": [str(console)],
+        "effects": {"lookup": "read", "peek": "read"},
+        "sandbox": "required",
+        "sandbox_write": [str(work)],
+        "timeout_s": 60,
+    }
+    config = write_config(tmp_path, [server])
+    await approve(config, "w")
+    honest = await run_question(config, "Q", script(("w__lookup", {"key": "a"}), "done"))
+    assert "value-of-a" in honest.seen("w__lookup")[0]  # its venv's interpreter: it serves
+
+    console.write_text(f"#!{secret / 'bin' / 'python'}\n{body}", encoding="utf-8")  # as the server would
+    run = await run_question(config, "Q", script(("w__peek", {"key": "/opt/mcp/*/key.txt"}), "done"))
+    launch = _launch(run)
+    assert str(secret) not in launch["read_only"], launch["read_only"]
+    assert any(str(console) in w and "a folder the server writes" in w for w in launch["withheld"])
+    assert all("HOST-PRIVATE-KEY" not in answer for answer in run.seen("w__peek"))

@@ -259,16 +259,20 @@ def _venv_config(prefix: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in lines) if sep}
 
 
-def _show_python(launch: Launch, interp: Path) -> str:
-    """Show the interpreter's installation (and its venv, rewired to it); the path to run."""
+def _show_python(launch: Launch, interp: Path, named_by: Path) -> str:
+    """Show the interpreter's installation (and its venv, rewired to it); the path to run.
+    Named by a file (``named_by``'s ``#!``) or a link in a folder the server writes, it is
+    shown only when it is a Python installation's (``_installation``)."""
     venv = interp.parent.parent if (interp.parent.parent / "pyvenv.cfg").is_file() else None
     config = _venv_config(venv) if venv is not None else {}
     if venv is not None and "home" in config and launch.untrusted(venv / "pyvenv.cfg"):
         del config["home"]
     real = interp.resolve()
-    if planted_link(interp, launch._writable) is not None and not _installation(real, launch):
-        launch.follow(interp)  # a link the server may have made names no installation: withheld
-        return str(interp)
+    if not _installation(real, launch):
+        if named_by.resolve() != real and launch.untrusted(named_by):
+            return str(interp)  # its #! line, which the server may have written: withheld
+        if launch.follow(interp) is None:  # a link the server may have made: withheld
+            return str(interp)
     base = Path(config["home"]).resolve().parent if "home" in config else real.parent.parent
     base_at = launch.show(base, "python") or str(base)
     if not _system(base):
@@ -342,7 +346,7 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
     argv = launch.argv
     launch.host_argv = list(argv)
     interp = Path(interpreter)
-    python_at = _show_python(launch, interp)
+    python_at = _show_python(launch, interp, exe)
     _show_import_path(launch, env)
     launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
     if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
