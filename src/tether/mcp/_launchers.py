@@ -19,7 +19,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NEVER_SEEN", "SYSTEM_DIRS", "Launch", "found", "inside", "not_found", "resolve_launch"]
+__all__ = [
+    "NEVER_SEEN",
+    "SYSTEM_DIRS",
+    "Launch",
+    "found",
+    "inside",
+    "not_found",
+    "planted_link",
+    "resolve_launch",
+]
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -61,6 +70,16 @@ class Launch:
             self.withheld.append(f"what {file} names (it lies in a folder the server writes)")
             return True
         return False
+
+    def follow(self, path: Path) -> Path | None:
+        """``path`` resolved, or ``None`` (withheld, named) when a link on the way to it lies in a
+        folder the server writes: it may have made it, to be shown a host path at its next start."""
+        if (link := planted_link(path, self._writable)) is not None:
+            self.withheld.append(
+                f"{path} (through {link}, a link in a folder the server writes: it may have made it)"
+            )
+            return None
+        return path.resolve()
 
     def translate(self, host: Path) -> str | None:
         """Where a host path shows inside (a system path at its own), or ``None``."""
@@ -111,6 +130,16 @@ def inside(path: Path, folder: Path) -> bool:
     return n > 0 and path.parts[:n] == folder.parts
 
 
+def planted_link(path: Path, writable: Sequence[Path]) -> Path | None:
+    """The first link on the way to ``path`` (as written) that lies in a folder of ``writable``."""
+    at = Path(os.path.abspath(path))
+    for n in range(2, len(at.parts) + 1):
+        step = Path(*at.parts[:n])
+        if step.is_symlink() and any(inside(step.parent.resolve(), w) for w in writable):
+            return step
+    return None
+
+
 _SYSTEM_PARTS = tuple(Path(s).parts for s in SYSTEM_DIRS)
 
 
@@ -130,21 +159,22 @@ def resolve_launch(
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``); a file it reads in a folder
     of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files) names nothing it shows."""
     guarded = [Path(p).resolve() for p in protected]
+    wrote = [Path(w).resolve() for w in writable]
     argv = list(argv)
     exe = _which(argv[0], env, cwd)
     if exe is None:
         return Launch("unknown", argv, problem=not_found(argv[0]))
     name = Path(argv[0]).name
     if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
-        return _npx(argv, exe, env, cwd, guarded, network)
+        return _npx(argv, exe, env, cwd, (guarded, wrote), network)
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
-        python = Launch("python", argv, _protected=guarded, _writable=[Path(w).resolve() for w in writable])
+        python = Launch("python", argv, _protected=guarded, _writable=wrote)
         return _python(python, exe, interpreter, env, cwd)
     if interpreter is not None and Path(interpreter).name in _NODE:
-        return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
+        return _node(Launch("node", argv, _protected=guarded, _writable=wrote), exe, interpreter, cwd)
     launch = Launch("executable", argv, _protected=guarded)
     if (shown := launch.show(exe.resolve(), f"bin/{exe.name}")) is not None:
         launch.argv[0] = shown
@@ -214,7 +244,7 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
             continue
         p = Path(arg) if os.path.isabs(arg) else cwd / arg
         if p.is_file():
-            yield i, p.resolve()
+            yield i, p
 
 
 # Python environments are read from files, never run: a ``.pth`` file's code runs only confined.
@@ -229,13 +259,20 @@ def _venv_config(prefix: Path) -> dict[str, str]:
     return {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in lines) if sep}
 
 
-def _show_python(launch: Launch, interp: Path) -> str:
-    """Show the interpreter's installation (and its venv, rewired to it); the path to run."""
+def _show_python(launch: Launch, interp: Path, named_by: Path) -> str:
+    """Show the interpreter's installation (and its venv, rewired to it); the path to run.
+    Named by a file (``named_by``'s ``#!``) or a link in a folder the server writes, it is
+    shown only when it is a Python installation's (``_installation``)."""
     venv = interp.parent.parent if (interp.parent.parent / "pyvenv.cfg").is_file() else None
     config = _venv_config(venv) if venv is not None else {}
     if venv is not None and "home" in config and launch.untrusted(venv / "pyvenv.cfg"):
         del config["home"]
     real = interp.resolve()
+    if not _installation(real, launch):
+        if named_by.resolve() != real and launch.untrusted(named_by):
+            return str(interp)  # its #! line, which the server may have written: withheld
+        if launch.follow(interp) is None:  # a link the server may have made: withheld
+            return str(interp)
     base = Path(config["home"]).resolve().parent if "home" in config else real.parent.parent
     base_at = launch.show(base, "python") or str(base)
     if not _system(base):
@@ -262,6 +299,19 @@ def _show_python(launch: Launch, interp: Path) -> str:
     return f"{venv_at}/bin/{interp.name}"
 
 
+def _installation(real: Path, launch: Launch) -> bool:
+    """Whether ``real`` is a Python installation's interpreter (``X/bin/python…`` beside its
+    standard library ``X/lib/python3.N/os.py``) outside the folders the server writes."""
+    base = real.parent.parent
+    return (
+        real.is_file()
+        and real.parent.name == "bin"
+        and _PYTHON.match(real.name) is not None
+        and any(base.glob("lib/python3*/os.py"))
+        and not any(inside(base, w) or inside(w, base) for w in launch._writable)
+    )
+
+
 def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
     """Show the folders ``.pth`` files and ``PYTHONPATH`` list, both rewritten to name them inside."""
     for prefix in list(launch.read_only):
@@ -277,14 +327,16 @@ def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
                 for line in lines:
                     entry = line.strip()
                     if entry and os.path.isabs(entry) and not entry.startswith(("#", "import")):
-                        at = launch.show(Path(entry).resolve(), "path")
+                        real = launch.follow(Path(entry))
+                        at = launch.show(real, "path") if real is not None else None
                         changed = changed or at != entry
                         line = at or ""
                     out.append(line)
                 pth_at = launch.translate(pth)
                 if changed and pth_at is not None:
                     launch.generate(pth_at, ("\n".join(out) + "\n").encode("utf-8"))
-    entries = [Path(p).resolve() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    given = [launch.follow(Path(p)) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    entries = [p for p in given if p is not None]
     shown = [at for p in entries if p != Path("/") and (at := launch.show(p, "path")) is not None]
     if env.get("PYTHONPATH"):
         launch.env["PYTHONPATH"] = os.pathsep.join(shown)
@@ -294,7 +346,7 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
     argv = launch.argv
     launch.host_argv = list(argv)
     interp = Path(interpreter)
-    python_at = _show_python(launch, interp)
+    python_at = _show_python(launch, interp, exe)
     _show_import_path(launch, env)
     launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
     if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
@@ -329,7 +381,7 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
     node_at = launch.translate(node) or str(node)
     launch.path_dirs.append(str(Path(node_at).parent))
     if exe.name not in _NODE:  # a script whose #! names node
-        launch.argv = [node_at, _node_package(launch, exe.resolve()), *argv[1:]]
+        launch.argv = [node_at, _node_package(launch, exe), *argv[1:]]
         return launch
     launch.argv = [node_at, *argv[1:]]
     for i, script in list(_script_args(argv, cwd))[:1]:
@@ -337,14 +389,15 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
     return launch
 
 
-def _node_package(launch: Launch, script: Path) -> str:
+def _node_package(launch: Launch, given: Path) -> str:
     """Show the script's package and every ``node_modules`` above it, their layout kept (node
-    resolves by walking up); where the script is inside."""
+    resolves by walking up); where the script is inside. A link on the way to either that lies
+    in a folder the server writes is withheld (``Launch.follow``)."""
+    if (script := launch.follow(given)) is None:
+        return str(given)
     package = next((d for d in script.parents if (d / "package.json").is_file()), None)
-    items = [
-        package or script,
-        *(d / "node_modules" for d in script.parents if (d / "node_modules").is_dir()),
-    ]
+    modules = [d / "node_modules" for d in script.parents if (d / "node_modules").is_dir()]
+    items = [package or script, *(m for m in modules if launch.follow(m) is not None)]
     top = Path(os.path.commonpath([str(p) for p in items]))
     if top.is_file():  # a lone script keeps its name (node reads .mjs/.cjs from it)
         top = top.parent
@@ -417,8 +470,14 @@ def _bin_of(package: Path, name: str) -> Path | None:
 
 
 def _npx(
-    argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path], network: bool
+    argv: list[str],
+    exe: Path,
+    env: Mapping[str, str],
+    cwd: Path,
+    paths: tuple[list[Path], list[Path]],  # protected, written by the server
+    network: bool,
 ) -> Launch:
+    guarded, wrote = paths
     spec, rest = _npx_spec(argv)
     node = shutil.which("node", path=env.get("PATH", os.environ.get("PATH")))
     if spec is None or node is None:
@@ -427,7 +486,10 @@ def _npx(
     cache = _npm_cache(env)
     installed = _npx_installed(cache, spec)
     name = _package_name(spec)
-    entry = _bin_of(installed / "node_modules" / name, name) if installed is not None else None
+    package = installed / "node_modules" / name if installed is not None else None
+    entry = _bin_of(package, name) if package is not None else None
+    if entry is not None and package is not None and not inside(entry.resolve(), package.resolve()):
+        entry = None  # a bin outside its package: its package.json was not written by npm
     if entry is None or not entry.is_file():
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
@@ -453,7 +515,8 @@ def _npx(
                 "this server"
             ),
         )
-    return _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
+    launch = Launch("npx", [node, str(entry), *rest], _protected=guarded, _writable=wrote)
+    return _node(launch, Path(node), node, cwd)
 
 
 def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:

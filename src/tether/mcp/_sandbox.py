@@ -25,7 +25,15 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from tether.mcp import _layers
-from tether.mcp._launchers import MOUNT_ROOT, NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
+from tether.mcp._launchers import (
+    MOUNT_ROOT,
+    NEVER_SEEN,
+    SYSTEM_DIRS,
+    Launch,
+    inside,
+    planted_link,
+    resolve_launch,
+)
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
 from tether.mcp._roots import root_path
@@ -226,11 +234,8 @@ def _planted(path: Path, writable: Sequence[Path]) -> str | None:
     """Why ``path`` (as declared) is withheld when a link on the way to it lies in a folder the
     server may write: the server may have made it, to be shown a host path of its choosing at its
     next start (None: no such link)."""
-    at = Path(os.path.abspath(path))
-    for n in range(2, len(at.parts) + 1):
-        step = Path(*at.parts[:n])
-        if step.is_symlink() and any(inside(step.parent.resolve(), w) for w in writable):
-            return f"{path} (through {step}, a link in a folder the server writes: it may have made it)"
+    if (step := planted_link(path, writable)) is not None:
+        return f"{path} (through {step}, a link in a folder the server writes: it may have made it)"
     return None
 
 
