@@ -269,10 +269,22 @@ def _keyed(value: Any, redactor: Redactor) -> tuple[Any, bool]:
     return value, False
 
 
+_NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+
+
+def _names_a_secret(text: str) -> bool:
+    """Whether ``text`` could hold a credential-named key: a key ``_secret_key`` takes is ASCII
+    words of which one, or two adjacent ones joined, is a credential word, so with every other
+    character dropped the text holds that word. Most calls' arguments hold none and are not parsed
+    (a trace line of a call's arguments costs no JSON parse: bench/governance.py)."""
+    squashed = _NOT_ALNUM.sub("", text.lower())
+    return any(word in squashed for word in _SECRET_WORDS)
+
+
 def redact_keyed_text(text: str, redactor: Redactor) -> str:
     """``text``, a JSON object or array as a call's arguments are traced, with the strings under
     its credential-named keys redacted as a traced mapping's are; any other text unchanged."""
-    if text[:1] not in ("{", "[") or len(text) > KEYED_TEXT:
+    if text[:1] not in ("{", "[") or len(text) > KEYED_TEXT or not _names_a_secret(text):
         return text
     try:
         parsed, hit = _keyed(json.loads(text), redactor)
