@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "JSON_OPENERS",
     "LINE_BREAKS",
     "MIN_FRAGMENT",
     "REDACTED",
@@ -269,6 +270,7 @@ def _keyed(value: Any, redactor: Redactor) -> tuple[Any, bool]:
     return value, False
 
 
+JSON_OPENERS = ("{", "[")  # text that may be a JSON object or array (a call's traced arguments)
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
 
 
@@ -284,7 +286,7 @@ def _names_a_secret(text: str) -> bool:
 def redact_keyed_text(text: str, redactor: Redactor) -> str:
     """``text``, a JSON object or array as a call's arguments are traced, with the strings under
     its credential-named keys redacted as a traced mapping's are; any other text unchanged."""
-    if text[:1] not in ("{", "[") or len(text) > KEYED_TEXT or not _names_a_secret(text):
+    if text[:1] not in JSON_OPENERS or len(text) > KEYED_TEXT or not _names_a_secret(text):
         return text
     try:
         parsed, hit = _keyed(json.loads(text), redactor)
@@ -305,7 +307,9 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
             value = str(value) if kind is bytes else str.__str__(value)
         if redactor is None:
             return sanitize(value)
-        return sanitize(redactor.text(redact_keyed_text(value, redactor)))
+        if value[:1] in JSON_OPENERS:
+            value = redact_keyed_text(value, redactor)
+        return sanitize(redactor.text(value))
     if kind is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         redact = redactor.text if redactor is not None and redactor.has_secrets() else None

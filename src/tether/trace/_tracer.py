@@ -26,7 +26,14 @@ from pydantic_core import PydanticSerializationError, to_json
 from tether.errors import ConfigError
 from tether.trace._events import RESERVED, EventKind, TraceEvent, TraceSchemaError
 from tether.trace._payloads import FIELDS, check_payload
-from tether.trace._sanitize import REDACTED, Redactor, redact_keyed_text, sanitize, sanitize_value
+from tether.trace._sanitize import (
+    JSON_OPENERS,
+    REDACTED,
+    Redactor,
+    redact_keyed_text,
+    sanitize,
+    sanitize_value,
+)
 
 __all__ = [
     "DURABLE_KINDS",
@@ -289,7 +296,8 @@ class Tracer:
                 if key in _SECRETISH or (key not in _PLAIN and redactor.is_secret_key(key)):
                     out[key] = REDACTED
                     continue
-                value = redact_keyed_text(value, redactor)
+                if value[:1] in JSON_OPENERS:  # a call's arguments as JSON text
+                    value = redact_keyed_text(value, redactor)
                 if redact is not None:
                     value = redact(value)
                 out[key] = value if value.isprintable() and "\\" not in value else sanitize(value)
