@@ -64,6 +64,8 @@ class PinnedCapabilities:
 # The server's settings that its source takes as they are, under the same names.
 _AS_CONFIGURED = (
     "effects",
+    "egress",
+    "targets",
     "mode",
     "timeout_s",
     "max_result_chars",
