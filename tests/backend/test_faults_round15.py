@@ -11,6 +11,12 @@ answer accepted (before: the attempt waited for the body until ``timeout_s`` cut
 the status nor the key, and a 429's ``retry-after`` was lost with it). The body is waited for at
 most 2 s and half of what is left of the call (``_sse.status_error``).
 
+A Responses stream that gave a call whole (added, argument deltas, done) and whose terminal
+output lists the message alone (a proxy that rebuilds the final response from its text): the call
+runs, with the reasoning the stream gave sent back beside it, as text a terminal output leaves out
+is the stream's (before: the call vanished and its preamble was accepted as the run's answer,
+exit 0, the tool never run; ``_responses._with_left_out``).
+
 Held as they were (each ending the same way on every protocol, streamed, on both transports):
 event streams framed with CR or CRLF line ends (sent whole, or a byte at a time), a byte-order
 mark before CRLF framing, comments and ``retry:``/``id:`` fields before every event, events with
@@ -129,6 +135,38 @@ def test_a_429_whose_body_stalls_waits_its_retry_after_and_the_answer_is_accepte
     assert (code, out["stop_reason"], out["answer"], asked) == (0, "accepted", ANSWER, 3), out
     assert responses[0]["retries"] == [{"kind": "rate_limited", "attempt": 1, "delay_s": 1.0}], responses[0]
     assert [c["status"] for c in out["calls"]] == ["ok"], out
+
+
+# -- Responses: a terminal output that leaves the streamed call out ----------------------------------
+
+
+def only_the_message_in_the_terminal_output(items: list[Any]) -> list[Any]:
+    """The terminal response lists the message alone: the call (and reasoning) the stream gave
+    whole (``output_item.added``, argument deltas, ``output_item.done``) left out (a proxy
+    that rebuilds the final response from its text)."""
+    final = items[-1]["response"]
+    final["output"] = [o for o in final["output"] if o["type"] == "message"]
+    return items
+
+
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+def test_a_call_the_stream_gave_and_the_terminal_output_leaves_out_runs(
+    tmp_path: Path, transport: str
+) -> None:
+    """Text, reasoning and a call streamed whole, the terminal output listing the text alone:
+    the call runs, its reasoning is sent back with it, and the next answer is accepted
+    (before: the call vanished, and its preamble "Let me read the order." was accepted as the
+    run's answer, exit 0, the tool never run). A terminal output that lists them all: the same."""
+    for edit in (only_the_message_in_the_terminal_output, None):
+        turn = Reply(content="Let me read the order.", reasoning="Read it.", tool_calls=(ORDER,), edit=edit)
+        with SERVERS["openai-responses"](scripted([turn, Reply.text(ANSWER)])) as server:
+            model = model_of("openai-responses", server.url, True, transport, reasoning_effort="low")
+            code, out, _ = run_agent(tmp_path, model)
+            bodies = server.bodies()
+        assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
+        assert [c["status"] for c in out["calls"]] == ["ok"], out
+        kinds = [i.get("type") for i in bodies[1]["input"]]
+        assert kinds.count("reasoning") == 1 and kinds.count("function_call_output") == 1, kinds
 
 
 # -- held: SSE framing ----------------------------------------------------------------------------
