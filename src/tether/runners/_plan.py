@@ -178,11 +178,12 @@ async def _resolve(
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
     # Recorded with the least trusted class among every segment of its sources (a page's text as
-    # well as a listing's fields), and of the values extracted earlier that a call before a source
-    # wrote (a store gives back what the run put in it, however the extractor reshapes it):
-    # extraction never launders untrusted data, not even through the run's own writes.
+    # well as a listing's fields), and of the values extracted earlier that a call wrote at or
+    # before a source (a store gives back what the run put in it, however the extractor reshapes
+    # it, and the write's own answer may be the record as saved): extraction never launders
+    # untrusted data, not even through the run's own writes.
     last = max((s for s in steps if s in run.results), default=-1)
-    written = {t for j, t in run.wrote.items() if j < last}
+    written = {t for j, t in run.wrote.items() if j <= last}
     trust = least_trusted({least_read(sources) or least_trusted(()), *written})
     run.extracted.setdefault(step, set()).add(trust)
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
