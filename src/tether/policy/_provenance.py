@@ -577,11 +577,11 @@ class ProvenanceIndex(Steering):
 
     def named_values(self, *, trust: Iterable[str] = (), fields: Iterable[str] = ()) -> list[Segment]:
         """Whole fields of records the user named, of the given trust classes or field names;
-        never a field whose value the run wrote itself."""
+        never a field whose value the run wrote itself, nor one of a record it acted on first."""
         classes, names = set(trust), set(fields)
         return [
             seg
-            for segs in self.named_records()
+            for segs in self.named_records() if not self.changed(segs)
             for seg in segs
             if seg.whole and (seg.label.trust in classes or seg.field_name in names) and not self.written(seg)
         ]

@@ -171,6 +171,7 @@ def index_for(
     directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
     own: Iterable[str] = (),
     writes: Callable[[str], bool] | None = None,
+    targets: Callable[[str], Iterable[str]] | None = None,
 ) -> ProvenanceIndex:
     """The provenance index of a run state: the user's request (the objective, or the request
     a parent run handed a child run), the observations so far (each with
@@ -178,7 +179,8 @@ def index_for(
     ran, with the number of observations made before it). ``writes(tool)`` says which tools
     write — store what they are given; by default every tool does. A read-only tool keeps
     nothing, so what it returns is its own data even where it repeats an argument (a lookup
-    by name returns the record under its name)."""
+    by name returns the record under its name). ``targets(tool)``: the arguments that name the
+    record a tool acts on (``Written.target``)."""
     segments: list[Segment] = []
     positions: list[int] = []
     mine = list(own)
@@ -193,6 +195,31 @@ def index_for(
         by_call.setdefault(obs.call_id, []).extend(found)
         segments.extend(found)
         positions.extend([i] * len(found))
+    written, reads = _writes(state, observations, first_seen, writes, targets)
+    # The user's own words: a child run (a subagent, a workflow node) carries its parent's
+    # request, since its objective was written by a model or built from data it read.
+    request = getattr(state, "request", None)
+    return ProvenanceIndex(
+        request if isinstance(request, str) else getattr(state, "objective", "") or "",
+        segments=segments,
+        directory=directory,
+        positions=positions,
+        writes=written,
+        reads=reads,
+        assigned=config.assigned,
+    )
+
+
+def _writes(
+    state: Any,
+    observations: list[Any],
+    first_seen: Mapping[str, int],
+    writes: Callable[[str], bool] | None,
+    targets: Callable[[str], Iterable[str]] | None,
+) -> tuple[list[Written], dict[str, tuple[int, list[str]]]]:
+    """What the calls of ``state`` that reached their tools wrote (``index_for``), each at the
+    number of observations made before it, and the calls whose results were observed (with
+    their argument leaves)."""
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
     answers = {obs.call_id for obs in observations if _answer(obs)}
@@ -214,6 +241,7 @@ def index_for(
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
+        aimed = _aimed(record.arguments, targets(record.tool) if targets is not None else ())
         if seen is not None:
             reads[record.call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
@@ -226,19 +254,16 @@ def index_for(
         for leaf in (form for value in leaves for form in (value, *_decoded(value))):
             text = normalise(leaf)
             if text:
-                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf)), echo))
-    # The user's own words: a child run (a subagent, a workflow node) carries its parent's
-    # request, since its objective was written by a model or built from data it read.
-    request = getattr(state, "request", None)
-    return ProvenanceIndex(
-        request if isinstance(request, str) else getattr(state, "objective", "") or "",
-        segments=segments,
-        directory=directory,
-        positions=positions,
-        writes=written,
-        reads=reads,
-        assigned=config.assigned,
-    )
+                links = frozenset(link.key for link in find_links(leaf))
+                written.append(Written(text, at, links, echo, target=not echo and text in aimed))
+    return written, reads
+
+
+def _aimed(arguments: Any, names: Iterable[str]) -> set[str]:
+    """The values, normalised, of the arguments ``names`` (those naming the record acted on)."""
+    if not isinstance(arguments, Mapping):
+        return set()
+    return {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
 
 
 ANSWER = "subagent_run"
