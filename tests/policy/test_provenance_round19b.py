@@ -296,7 +296,12 @@ class Notes:
         else:  # a whole MIME message: its part as its headers say
             text = email.message_from_string(body).get_payload(decode=True).decode("utf-8")
         found = re.findall(r"[\w.+-]+@[\w-]+\.[\w.-]+", text)
-        note = {"id": f"n{len(self.notes) + 1}", "owner": "emma@corp.example", "title": title, "contacts": found}
+        note = {
+            "id": f"n{len(self.notes) + 1}",
+            "owner": "emma@corp.example",
+            "title": title,
+            "contacts": found,
+        }
         self.notes.append(note)
         return "saved"
 
@@ -314,7 +319,9 @@ class Notes:
         return [self.read_inbox, self.list_notes, self.import_note, self.send_email]
 
 
-async def _run(tools: list[Any], rules: ProvenanceRules, request: str, *turns: tuple[Any, ...]) -> list[list[str]]:
+async def _run(
+    tools: list[Any], rules: ProvenanceRules, request: str, *turns: tuple[Any, ...]
+) -> list[list[str]]:
     steps = list(turns)
     model = FunctionModel(
         lambda _: AssistantMessage(tool_calls=steps.pop(0)) if steps else AssistantMessage(content="done")
@@ -421,7 +428,12 @@ class Invoicing:
     def list_invoices(self) -> list[dict[str, Any]]:
         """Open invoices, with their totals in EUR."""
         return [
-            {"id": i["id"], "title": i["title"], "payee": i["payee"], "total": f"{i['hours'] * i['rate']:.2f}"}
+            {
+                "id": i["id"],
+                "title": i["title"],
+                "payee": i["payee"],
+                "total": f"{i['hours'] * i['rate']:.2f}",
+            }
             for i in self.invoices
         ]
 
