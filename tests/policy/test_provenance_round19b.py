@@ -9,6 +9,7 @@ import quopri
 import re
 import textwrap
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -18,8 +19,10 @@ from pydantic import Field
 
 from tether import Agent, Effect, Host, TrustedContext, tool
 from tether.core.messages import AssistantMessage
+from tether.policy._approvals import Approvals
 from tether.policy._provenance_labels import SourceTrust, TrustConfig
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
+from tether.policy._sqlite_store import SqliteApprovalStore
 from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.testing import FunctionModel, call
 from tether.trace._events import EventKind
@@ -572,3 +575,77 @@ async def test_a_due_day_the_store_computed_after_the_run_changed_the_terms_is_n
         await _run(world.tools(), rules, request, (call("read_inbox"),), (call("list_invoices"),), own) == []
     )
     assert world.paid == [{"invoice": "inv-1", "recipient": VENDOR_IBAN, "amount": 100.0, "date": due}]
+
+
+# -- 5. what a continued plan's earlier attempt wrote --------------------------------------------
+
+
+class _Attempts:
+    """A quarantined extractor that obeys the text it reads, which changes between attempts: one
+    answer per argument per attempt (an exception fails the extraction)."""
+
+    def __init__(self, *attempts: dict[str, Any]) -> None:
+        self.attempts = list(attempts)
+        self.seen: set[str] = set()
+
+    async def extract(self, request: ExtractionRequest) -> Any:
+        if request.argument in self.seen:  # a new attempt
+            self.attempts.pop(0)
+            self.seen.clear()
+        self.seen.add(request.argument)
+        answer = self.attempts[0][request.argument]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+# A payment the request does not state: it waits for a reviewer in every attempt.
+DEPOSIT = PlannedCall("transfer", {"recipient": files.HOTEL_IBAN, "amount": "200.00"})
+
+
+def _notes_then_mail(read: PlannedCall, *more: PlannedCall) -> tuple[PlannedCall, ...]:
+    keep = PlannedCall("append_file", {"name": "Paris", "content": Extract("notes on it", steps=(0,))})
+    return (read, keep, PlannedCall("read_file", {"name": "Paris"}), _mail(2), *more)
+
+
+async def _continued(
+    tmp_path: Path, read: PlannedCall, extractor: _Attempts, *more: PlannedCall
+) -> tuple[files.Travel, list[str]]:
+    """Runs the plan, then continues it under its run id; the world and the two stop reasons."""
+    world = files.Travel()
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(files.RULES, files.TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(files.TRUST),
+        approvals=approvals,
+    )
+    host.add_tools(*world.tools())
+    planner = _Planner(*_notes_then_mail(read, *more))
+    async with host:
+        result = await run_plan(host, planner, extractor, NOTE, context=CTX)
+        again = await run_plan(host, planner, extractor, NOTE, context=CTX, run_id=result.run_id)
+    return world, [str(result.stop_reason), str(again.stop_reason)]
+
+
+async def test_a_link_a_continued_plan_reads_back_from_its_earlier_attempts_write_is_not_the_stores(
+    tmp_path: Path,
+) -> None:
+    # The first attempt keeps the spelled-out link in the notes and waits for a reviewer to mail
+    # it; the page then fails the notes' extraction, and the second attempt mails it reworded.
+    first = {"content": SPELLED, "body": f"Book at {ATTACKER_URL}."}
+    second = {"content": ValueError("no notes"), "body": f"Book now at {ATTACKER_URL}."}
+    reviews = PlannedCall("get_reviews", {"hotel": "Grand Hotel"})
+    world, stops = await _continued(tmp_path / "a", reviews, _Attempts(first, second))
+    assert world.files == {"Paris": SPELLED}  # the premise: the first attempt wrote it
+    # A reviewer holds the mail: this one, under the call id of the one waiting, is refused.
+    assert world.received == [] and stops == ["approval_required", "approval_denied"]
+    # What the first attempt kept from the listing is still the listing's, mailed by the second
+    # (the first waited for a reviewer on the deposit, with no link to mail yet).
+    kept = f"Grand Hotel, booking at {HOTEL_URL}."
+    first = {"content": kept, "body": ValueError("no link yet")}
+    second = {"content": ValueError("no notes"), "body": f"Book at {HOTEL_URL}."}
+    listing = PlannedCall("get_hotels", {"city": "Paris"})
+    world, stops = await _continued(tmp_path / "b", listing, _Attempts(first, second), DEPOSIT)
+    assert stops == ["approval_required", "approval_required"]  # the deposit waits each time
+    assert [name for name, _ in world.received] == ["send_email"]

@@ -21,7 +21,7 @@ from tether.core.stop import StopReason
 from tether.core.types import Observation
 from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trusted, normalise
 from tether.policy._provenance_labels import Segment as _Segment
-from tether.policy._provenance_run import least_read
+from tether.policy._provenance_run import REACHED, least_read
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState
@@ -114,7 +114,7 @@ async def run_plan(
     await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
-    await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
+    earlier = await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
     offered = host.offered()
     await run.start(offered)
     if run.taken:
@@ -123,6 +123,8 @@ async def run_plan(
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
     scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)
     progress = _Run(state)
+    if earlier is not None:  # and what it wrote of the values it extracted may be read back now
+        progress.wrote.update(_written_earlier(earlier, state))
     allowed = 0
     for i, planned in enumerate(plan.calls):
         try:
@@ -155,6 +157,27 @@ async def run_plan(
             answer = f"(no answer: {err})"
     reason = StopReason.ACCEPTED if allowed or not plan.calls else StopReason.POLICY_DENIED
     return await run.finish(reason, answer=answer, steps=len(state.calls))
+
+
+def _written_earlier(earlier: RunState, state: RunState) -> dict[int, str]:
+    """The least trusted class of the values the earlier attempts of a continued plan extracted
+    for calls that reached their tools (under key -1: before any step of this attempt, whose
+    sources may give them back however this attempt's own calls go), and their extractions kept
+    in ``state``'s inherited history, so that an attempt after this one counts them too."""
+    reached = {c.call_id for c in [*earlier.inherited_calls, *earlier.calls] if c.status in REACHED}
+    extracted = [
+        obs
+        for obs in [*earlier.inherited_observations, *earlier.observations]
+        if obs.tool == EXTRACTOR and obs.source == "extractor" and obs.call_id.startswith("extract_")
+    ]
+    ours = {id(obs) for obs in extracted}
+    state.inherited_observations += [obs for obs in earlier.observations if id(obs) in ours]
+    trusts = {
+        least_read([obs]) or least_trusted(())
+        for obs in extracted
+        if f"plan_{obs.call_id.split('_')[1]}" in reached
+    }
+    return {-1: least_trusted(trusts)} if trusts else {}
 
 
 class _ExtractionFailed(Exception):
