@@ -11,7 +11,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tether.trace._sanitize import MIN_FRAGMENT, Redactor
 
-__all__ = ["HIDDEN", "bare_url", "bare_urls", "hide_secrets", "secret_values", "shown_launch"]
+__all__ = [
+    "HIDDEN",
+    "bare_url",
+    "bare_urls",
+    "hide_secrets",
+    "launch_secrets",
+    "secret_values",
+    "shown_launch",
+]
 
 HIDDEN = "[secret]"
 _NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
@@ -74,6 +82,14 @@ def _known(secrets: Iterable[str]) -> set[str]:
     enough to be secrets."""
     known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
     return known | {v for v in secrets if len(v) >= MIN_FRAGMENT}
+
+
+def launch_secrets(*launch: str) -> set[str]:
+    """The secrets ``shown_launch`` hides that a server's launch (its command's parts, its URL,
+    its environment's values, as loaded) holds: what a ``${VAR}`` of a credential-named variable
+    expanded into. The host redacts them as it does the server's credentials (a server that
+    repeats its command line on stderr, which the trace keeps for the person, says them)."""
+    return {v for v in _known(()) if any(v in part for part in launch)}
 
 
 def hide_secrets(text: str, secrets: Iterable[str] = ()) -> str:
