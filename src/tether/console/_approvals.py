@@ -441,10 +441,12 @@ async def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[
     """The other calls' arguments as the run's trace recorded them (redacted by every tool's
     declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
-    if p.run_id:
-        for e in await sources.events(p.run_id):
-            if e.get("kind") == "tool_proposed" and e.get("call_id"):
-                traced[str(e["call_id"])] = e.get("arguments")
+    wanted = {str(c["id"]) for c in calls}
+    if p.run_id:  # the turn's calls only, read as a stream: never the whole trace held
+        for e in await sources.scan(
+            p.run_id, ["tool_proposed"], lambda e: bool(e.get("call_id")) and str(e["call_id"]) in wanted
+        ):
+            traced[str(e["call_id"])] = e.get("arguments")
     for c in calls:
         if c["id"] in traced:
             c["arguments"] = traced[c["id"]]
