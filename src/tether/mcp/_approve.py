@@ -121,7 +121,8 @@ class ServerReview:
 
 async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
     """Connect to one server and review its tools against ``pins`` (default: the config's pin
-    file). Raises ``ConfigError``, ``DependencyUnavailable``."""
+    file). Raises ``ConfigError``, ``DependencyUnavailable`` (a failed start says the server's last
+    stderr lines, its credentials in them hidden: ``_secrets_hidden``)."""
     server = config.server(name)
     own = pins is None
     if pins is None:
