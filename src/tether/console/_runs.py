@@ -27,8 +27,10 @@ __all__ = [
     "StoredTraceIndex",
     "TimelineItem",
     "TraceIndex",
+    "nests_deeper",
     "run_filter",
     "run_totals",
+    "shallow",
     "timeline",
     "valid_run_id",
 ]
@@ -374,16 +376,29 @@ _SKIP = {"run_id", "seq", "ts", "kind"}
 SHOWN_DEPTH = 32  # of a value in an event's facts: deeper parts are cut (a run may nest hundreds deep)
 
 
-def _shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
+def shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
     """``value`` with whatever is nested deeper than ``depth`` replaced by a marker, so that
-    rendering, copying and encoding it stay within Python's recursion limit."""
+    rendering, copying and encoding it stay within Python's recursion limit (a trace's event, a
+    proposal's arguments: a model may nest hundreds deep)."""
     if not isinstance(value, dict | list):
         return value
     if depth <= 0:
         return f"… (nested deeper than {SHOWN_DEPTH} levels: cut)"
     if isinstance(value, list):
-        return [_shallow(v, depth - 1) for v in value]
-    return {k: _shallow(v, depth - 1) for k, v in value.items()}
+        return [shallow(v, depth - 1) for v in value]
+    return {k: shallow(v, depth - 1) for k, v in value.items()}
+
+
+def nests_deeper(value: Any, depth: int = SHOWN_DEPTH) -> bool:
+    """Whether ``shallow`` cuts ``value`` (read without recursion: it may nest past the limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level >= depth:
+                return True
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _category(kind: str, e: Mapping[str, Any]) -> str:
@@ -496,7 +511,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
                 kind,
                 _category(kind, e),
                 _safe_title(kind, e),
-                {k: _shallow(v) for k, v in e.items() if k not in _SKIP},
+                {k: shallow(v) for k, v in e.items() if k not in _SKIP},
                 str(rule) if rule else None,
                 str(proposal) if proposal else None,
                 str(trust) if trust else None,
