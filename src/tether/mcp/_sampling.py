@@ -108,6 +108,8 @@ class SamplingGate(RequestGate):
         tool = call.tool if call is not None else None
         prompt = self._refusal(params, call) or _prompt(self.server, tool, params, self.config.max_tokens)
         if isinstance(prompt, SamplingPrompt):
+            prompt = self._too_long(prompt) or prompt
+        if isinstance(prompt, SamplingPrompt):
             if self.consent is None:
                 prompt = "no consent hook: nobody can inspect the prompt"
             else:
@@ -126,12 +128,24 @@ class SamplingGate(RequestGate):
             await self._running.wait()
         self._running = ended = anyio.Event()
         try:
-            if (why := self.budget.exhausted(calls=False)) is not None:
+            if (why := self.budget.exhausted(calls=False) or self._too_long(prompt)) is not None:
                 return self._refuse(why, tool=tool)
             return await self._sample(prompt, tool)
         finally:
             self._running = None
             ended.set()
+
+    def _too_long(self, prompt: SamplingPrompt) -> str | None:
+        """Why the server's own prompt cannot be sent within the tokens left (``None``: it can).
+        The model bills what it reads before the budget is charged: a prompt of megabytes was
+        sent, a million tokens against a budget of thousands."""
+        from tether.models._estimate import chars_estimator
+
+        tokens = sum(chars_estimator(text) for _, text in prompt.messages)
+        left = self.budget.max_total_tokens - self.budget.tokens
+        if tokens <= left:
+            return None
+        return f"the prompt is about {tokens} tokens, more than the {left} left of the sampling budget"
 
     def _refusal(self, params: types.CreateMessageRequestParams, call: CallInfo | None) -> str | None:
         """Why this request is refused before anyone sees it (``None``: it may go on)."""
