@@ -6,12 +6,15 @@ the host's model, billed, before the server's token budget was charged (a millio
 a budget of 4 000); now a prompt larger than what is left of the budget is refused before anyone
 sees it. A progress notification of numbers JSON has no form for (``1e999``, ``NaN``, which the
 SDK's parser takes) was written to the trace bare (``Infinity``, ``NaN``): strict readers refused
-the line and PostgreSQL the whole batch of trace rows it came in."""
+the line and PostgreSQL the whole batch of trace rows it came in. A long line on stdout, or a long
+event in an HTTP listing's event stream, was joined by copying all of it at each chunk: seconds of
+the host's event loop for a few megabytes, growing with the square of the size."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytest
 from tether.core.messages import AssistantMessage, Usage
 from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
+from tether.mcp._deep import cut_events
 from tether.mcphost._runner import run_question
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._estimate import estimate_request
@@ -165,3 +169,43 @@ async def test_progress_of_numbers_json_cannot_hold_is_traced_as_strict_json(
     progress = [(e["progress"], e["total"]) for e in events if e["kind"] == "mcp_progress"]
     assert progress == [("Infinity", "NaN"), ("-Infinity", 2.5), (1, 2)]
     assert "value-of-c" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_long_line_on_stdout_is_read_in_time_linear_in_its_size(tmp_path: Path, pins: Path) -> None:
+    """Two lines of 24 MiB that are no JSON (the server's limit is 32 MiB, its results being
+    allowed 2 million characters): each line was joined from its chunks by copying it whole at
+    each one, about 5 s of the host's CPU a line, on its event loop. Now a line costs what its
+    size does; the calls are answered, and the honest server serves."""
+    config = write_config(tmp_path, [w15(max_result_chars=2_000_000), _ok()], pins_from=pins)
+    steps = script(
+        ("x__lookup", {"key": "junk:24"}),
+        ("x__lookup", {"key": "junk:24"}),
+        ("ok__lookup", {"key": "c"}),
+        "done",
+    )
+    started = time.process_time()
+    run = await run_question(config, "Q", steps)
+    used = time.process_time() - started
+    assert [("value-of-junk:24" in seen) for seen in run.seen("x__lookup")] == [True, True]
+    assert used < 3.0, used  # before: 6 s and more
+    assert "value-of-c" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_an_event_of_megabytes_in_small_chunks_is_read_linear_in_its_size() -> None:
+    """A listing's event stream (what an HTTP server's ``tools/list`` answer passes through)
+    of 8 MiB in chunks of 4 KiB with no event's end, then an ordinary event: each chunk copied
+    all that waited (about 10 s of CPU). Now it costs what its size does, the bytes pass on whole,
+    and events that end are passed on one by one as before."""
+    line = b"data: " + b"d" * 4090 + b"\n"
+    ordinary = b"event: message\ndata: {}\n\n"
+
+    async def chunks() -> Any:
+        for _ in range(2048):
+            yield line
+        yield b"\n" + ordinary
+
+    started = time.process_time()
+    out = [chunk async for chunk in cut_events(chunks(), 16 << 20)]
+    used = time.process_time() - started
+    assert out == [line * 2048 + b"\n", ordinary]
+    assert used < 2.0, used  # before: about 10 s

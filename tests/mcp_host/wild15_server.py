@@ -6,7 +6,7 @@ keys make it do otherwise first:
 of ``n`` characters, waits for the host's answer and answers ``sampled: <text>`` or
 ``refused: <message>``; ``progress:<done>/<total>`` reports progress on the call, the numbers
 written as given (``1e999`` is read as infinity by JSON parsers that allow it, ``NaN`` as not a
-number), then answers.
+number), then answers; ``junk:<n>`` first writes a line of ``n`` MiB that is no JSON.
 
 With ``W15_PAGES`` set, the tool listing comes in that many pages: ``lookup`` on the first,
 ``stats`` on the last, none between; every page but the last names a new next cursor of
@@ -81,6 +81,10 @@ def call(ident: Any, params: dict[str, Any]) -> None:
     token = (params.get("_meta") or {}).get("progressToken")
     if key.startswith("sample:"):
         return send(result(ident, text(ask_the_model(int(key.split(":", 1)[1])))))
+    if key.startswith("junk:"):
+        for _ in range(int(key.split(":", 1)[1]) * 16):
+            out.write(b"j" * 65536)
+        send_raw("")
     if key.startswith("progress:"):
         done, total = key.split(":", 1)[1].split("/")
         note = f'"progressToken": {json.dumps(token)}, "progress": {done}, "total": {total}'
