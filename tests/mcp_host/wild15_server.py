@@ -88,7 +88,7 @@ def call(ident: Any, params: dict[str, Any]) -> None:
     if key.startswith("progress:"):
         done, total = key.split(":", 1)[1].split("/")
         note = f'"progressToken": {json.dumps(token)}, "progress": {done}, "total": {total}'
-        send_raw('{"jsonrpc": "2.0", "method": "notifications/progress", "params": {%s}}' % note)
+        send_raw('{"jsonrpc": "2.0", "method": "notifications/progress", "params": {' + note + "}}")
     send(result(ident, text(f"value-of-{key}")))
 
 
