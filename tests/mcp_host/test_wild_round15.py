@@ -23,7 +23,9 @@ import pytest
 from tether.core.messages import AssistantMessage, Usage
 from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
+from tether.mcp._config import SamplingConfig
 from tether.mcp._deep import cut_events
+from tether.mcp._sampling import SamplingGate, SamplingPrompt
 from tether.mcphost._runner import run_question
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._estimate import estimate_request
@@ -145,6 +147,28 @@ async def test_a_sampling_prompt_larger_than_the_budget_left_is_refused_before_i
     assert [r["outcome"] for r in rows] == ["refused", "answered"]
     assert "more than the 4000 left of the sampling budget" in rows[0]["reason"]
     assert "value-of-c" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_system_prompt_of_megabytes_is_cut_in_what_the_person_consenting_is_shown() -> None:
+    """A server's system prompt is never sent, only shown to the person asked to consent: a
+    megabyte of it filled their terminal above the prompt that is sent. Now they are shown its
+    first 2 000 characters and its size; a short one is shown whole, and both are sampled."""
+    import mcp_types as types
+
+    shown: list[SamplingPrompt] = []
+    gate = SamplingGate(
+        "s",
+        SamplingConfig(enabled=True, max_calls=2, max_calls_per_call=2),
+        model=_BilledSampler(),
+        consent=lambda prompt: shown.append(prompt) or True,
+    )
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))
+    for system in ("x" * 1_000_000, "Be brief."):
+        params = types.CreateMessageRequestParams(messages=[message], max_tokens=20, system_prompt=system)
+        assert isinstance(await gate(None, params), types.CreateMessageResult)
+    huge, short = (prompt.system_prompt or "" for prompt in shown)
+    assert len(huge) < 2100 and huge.endswith("[cut by the host: 1000000 characters in all, never sent]")
+    assert short == "Be brief." and shown[0].messages == (("user", "hi"),)
 
 
 async def test_progress_of_numbers_json_cannot_hold_is_traced_as_strict_json(

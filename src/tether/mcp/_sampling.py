@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["SamplingBudget", "SamplingGate", "SamplingPrompt"]
 
 SAMPLING_REFUSED = -32001  # application error code for refused sampling requests
+MAX_SYSTEM_SHOWN = 2000  # of a server's system prompt (never sent), what a person is shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,9 +229,18 @@ def _prompt(
     return SamplingPrompt(
         server=server,
         tool=tool,
-        system_prompt=params.system_prompt,
+        system_prompt=_shown(params.system_prompt),
         messages=tuple(messages),
         max_tokens=min(params.max_tokens, max_tokens),
         requested_max_tokens=params.max_tokens,
         requested_include_context=params.include_context,
     )
+
+
+def _shown(system_prompt: str | None) -> str | None:
+    """What a person is shown of the server's system prompt, which is never sent: megabytes of it
+    filled the terminal of the person asked to consent, above the prompt that is sent."""
+    if system_prompt is None or len(system_prompt) <= MAX_SYSTEM_SHOWN:
+        return system_prompt
+    cut = f"[cut by the host: {len(system_prompt)} characters in all, never sent]"
+    return f"{system_prompt[:MAX_SYSTEM_SHOWN]}\n{cut}"
