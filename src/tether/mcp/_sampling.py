@@ -1,11 +1,13 @@
 """Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
 
 Denied unless the server is opted in. A consent hook sees the exact prompt; the server's system
-prompt is shown but never sent, and ``includeContext`` other than ``none`` is refused. Each
-server has its own budget (calls, seconds, tokens) and a per-call cap, separate from the run's;
-tool calls are never offered to the model. A server's samples run one at a time, each checked
-against the budget when its turn comes and charged before the next is checked (requests sent
-together each got the whole remaining budget).
+prompt is shown (its first 2 000 characters) but never sent, and ``includeContext`` other than
+``none`` is refused. Each server has its own budget (calls, seconds, tokens) and a per-call cap,
+separate from the run's; tool calls are never offered to the model. A server's samples run one
+at a time, each checked against the budget when its turn comes and charged before the next is
+checked (requests sent together each got the whole remaining budget). A prompt estimated at
+more tokens than the budget has left is refused before the consent hook or the model sees it
+(the model bills what it reads).
 """
 
 from __future__ import annotations
