@@ -49,19 +49,23 @@ def cut_deep_tools(raw: bytes) -> bytes | None:
 async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
     """An event stream answering ``tools/list``, passed on event by event, an event whose data is
     a listing with a tool nested too deep rewritten (``cut_deep_tools``); what grows past
-    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself)."""
-    pending, searched = b"", 0
+    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself). What
+    waits grows in place: joined by copying it whole at each chunk, an event of megabytes in small
+    chunks took the event loop seconds."""
+    pending, searched = bytearray(), 0
     async for chunk in chunks:
         pending += chunk
-        while (end := _BLANK.search(pending, max(0, searched - 3))) is not None:
-            yield _cut_event(pending[: end.end()])
-            pending, searched = pending[end.end() :], 0
+        start = 0  # where the next event begins (the events before it are dropped once, below)
+        while (end := _BLANK.search(pending, max(start, searched - 3))) is not None:
+            yield _cut_event(bytes(pending[start : end.end()]))
+            start = searched = end.end()
+        del pending[:start]
         searched = len(pending)
         if len(pending) > limit:
-            yield pending
-            pending, searched = b"", 0
+            yield bytes(pending)
+            pending, searched = bytearray(), 0
     if pending:
-        yield _cut_event(pending)
+        yield _cut_event(bytes(pending))
 
 
 def _cut_event(raw: bytes) -> bytes:

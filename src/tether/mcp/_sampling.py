@@ -1,11 +1,13 @@
 """Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
 
 Denied unless the server is opted in. A consent hook sees the exact prompt; the server's system
-prompt is shown but never sent, and ``includeContext`` other than ``none`` is refused. Each
-server has its own budget (calls, seconds, tokens) and a per-call cap, separate from the run's;
-tool calls are never offered to the model. A server's samples run one at a time, each checked
-against the budget when its turn comes and charged before the next is checked (requests sent
-together each got the whole remaining budget).
+prompt is shown (its first 2 000 characters) but never sent, and ``includeContext`` other than
+``none`` is refused. Each server has its own budget (calls, seconds, tokens) and a per-call cap,
+separate from the run's; tool calls are never offered to the model. A server's samples run one
+at a time, each checked against the budget when its turn comes and charged before the next is
+checked (requests sent together each got the whole remaining budget). A prompt estimated at
+more tokens than the budget has left is refused before the consent hook or the model sees it
+(the model bills what it reads).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["SamplingBudget", "SamplingGate", "SamplingPrompt"]
 
 SAMPLING_REFUSED = -32001  # application error code for refused sampling requests
+MAX_SYSTEM_SHOWN = 2000  # of a server's system prompt (never sent), what a person is shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,8 @@ class SamplingGate(RequestGate):
         tool = call.tool if call is not None else None
         prompt = self._refusal(params, call) or _prompt(self.server, tool, params, self.config.max_tokens)
         if isinstance(prompt, SamplingPrompt):
+            prompt = self._too_long(prompt) or prompt
+        if isinstance(prompt, SamplingPrompt):
             if self.consent is None:
                 prompt = "no consent hook: nobody can inspect the prompt"
             else:
@@ -126,12 +131,24 @@ class SamplingGate(RequestGate):
             await self._running.wait()
         self._running = ended = anyio.Event()
         try:
-            if (why := self.budget.exhausted(calls=False)) is not None:
+            if (why := self.budget.exhausted(calls=False) or self._too_long(prompt)) is not None:
                 return self._refuse(why, tool=tool)
             return await self._sample(prompt, tool)
         finally:
             self._running = None
             ended.set()
+
+    def _too_long(self, prompt: SamplingPrompt) -> str | None:
+        """Why the server's own prompt cannot be sent within the tokens left (``None``: it can).
+        The model bills what it reads before the budget is charged: a prompt of megabytes was
+        sent, a million tokens against a budget of thousands."""
+        from tether.models._estimate import chars_estimator
+
+        tokens = sum(chars_estimator(text) for _, text in prompt.messages)
+        left = self.budget.max_total_tokens - self.budget.tokens
+        if tokens <= left:
+            return None
+        return f"the prompt is about {tokens} tokens, more than the {left} left of the sampling budget"
 
     def _refusal(self, params: types.CreateMessageRequestParams, call: CallInfo | None) -> str | None:
         """Why this request is refused before anyone sees it (``None``: it may go on)."""
@@ -214,9 +231,18 @@ def _prompt(
     return SamplingPrompt(
         server=server,
         tool=tool,
-        system_prompt=params.system_prompt,
+        system_prompt=_shown(params.system_prompt),
         messages=tuple(messages),
         max_tokens=min(params.max_tokens, max_tokens),
         requested_max_tokens=params.max_tokens,
         requested_include_context=params.include_context,
     )
+
+
+def _shown(system_prompt: str | None) -> str | None:
+    """What a person is shown of the server's system prompt, which is never sent: megabytes of it
+    filled the terminal of the person asked to consent, above the prompt that is sent."""
+    if system_prompt is None or len(system_prompt) <= MAX_SYSTEM_SHOWN:
+        return system_prompt
+    cut = f"[cut by the host: {len(system_prompt)} characters in all, never sent]"
+    return f"{system_prompt[:MAX_SYSTEM_SHOWN]}\n{cut}"

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["MAX_LISTED_TOOLS", "MAX_LISTING_CHARS", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
-# The same for the size of its definitions in JSON, all pages together: each page may come near
-# the host's message limit, so 100 pages held 800 MiB (parsed again before every call).
+# The same for the size of its definitions in JSON and its cursors, all pages together: each page
+# (or cursor) may come near the host's message limit, so 100 pages held 800 MiB.
 MAX_LISTING_CHARS = 32 * 1024 * 1024
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
@@ -433,12 +433,13 @@ class McpServerSource:
         only here: what the SDK lists on its own is never offered."""
         cursor: str | None = None
         tools: list[Any] = []
-        cursors: set[str] = set()
+        cursors: set[bytes] = set()  # digests: a cursor may come near the message limit
         size = 0
         while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
             size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
+            size += len(page.next_cursor or "")  # held and sent back: 100 of 7 MB held 800 MiB
             if len(tools) > MAX_LISTED_TOOLS or size > MAX_LISTING_CHARS:
                 what = (
                     f"{MAX_LISTED_TOOLS} tools"
@@ -450,10 +451,11 @@ class McpServerSource:
             # An empty cursor ends it too, as clients written in JavaScript read it (``while (cursor)``).
             if not (cursor := page.next_cursor):
                 break
-            if cursor in cursors or len(cursors) >= 100:  # never taken for a whole listing
-                why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
+            digest = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
+            if digest in cursors or len(cursors) >= 100:  # never taken for a whole listing
+                why = "named a page it had already given" if digest in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
-            cursors.add(cursor)
+            cursors.add(digest)
         relay = self._relays.get(id(client))
         if relay is not None:
             tools = relay.with_output_schemas(tools)

@@ -16,6 +16,10 @@ from tether.trace._events import EventKind, TraceSchemaError
 
 __all__ = ["FIELDS", "PAYLOADS", "check_payload"]
 
+# A float as the tracer writes it: a number, or its name (``NaN``, ``Infinity``, ``-Infinity``)
+# where JSON has none (``tether.trace._sanitize.finite``).
+Number = float | str
+
 # How a stdio server is confined, as its launch and its sandbox events report it.
 _SANDBOX: dict[str, Any] = {
     "sandbox": str,
@@ -52,8 +56,8 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "request_tokens": int,
         "request_bytes": int,
         "common_prefix_bytes": int,
-        "prefix_reuse": float | None,
-        "cached_share": float | None,
+        "prefix_reuse": Number | None,
+        "cached_share": Number | None,
         "status_strategy": str | None,
     },
     EventKind.MODEL_REQUEST: {},  # for readers of older traces: the loop traces context_composed
@@ -64,7 +68,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "prompt_tokens": int,
         "completion_tokens": int,
         "cached_tokens": int,
-        "cost_usd": float,
+        "cost_usd": Number,
         # backend facts (ModelResponse.meta)
         "finish_reason": str | None,  # the provider's own value
         "response_id": str,  # the provider's id of this completion (exported as gen_ai.response.id)
@@ -88,7 +92,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         # what the failed attempts were billed, counted against the run's budgets all the same
         "prompt_tokens": int,
         "completion_tokens": int,
-        "cost_usd": float,
+        "cost_usd": Number,
     },
     EventKind.TOOL_PROPOSED: {"call_id": Required[str], "tool": Required[str], "arguments": str},
     EventKind.POLICY_ALLOWED: {"call_id": Required[str], "tool": Required[str], "rule": Required[str]},
@@ -156,8 +160,8 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
     EventKind.MCP_PROGRESS: {
         "server": Required[str],
         "tool": str,
-        "progress": float,
-        "total": float | None,
+        "progress": Number,
+        "total": Number | None,
         "message": str,
         "held_back": int,  # notifications not traced (over the rate) since the last one that was
     },

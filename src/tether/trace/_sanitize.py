@@ -17,6 +17,7 @@ __all__ = [
     "MIN_FRAGMENT",
     "REDACTED",
     "Redactor",
+    "finite",
     "redact_keyed_text",
     "redact_value",
     "sanitize",
@@ -295,11 +296,21 @@ def redact_keyed_text(text: str, redactor: Redactor) -> str:
     return json.dumps(parsed, ensure_ascii=False) if hit else text
 
 
+def finite(value: float) -> float | str:
+    """A float as a trace line holds it: a number when finite, else its name as text (JSON has no
+    NaN or infinity; written bare, strict readers refused the line and PostgreSQL the batch)."""
+    if value - value == 0:  # false for NaN and both infinities
+        return value
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
 def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "") -> Any:
     """Recursively sanitise (and redact) a JSON-like value for a trace line."""
     kind = type(value)
-    if kind is int or kind is float or kind is bool or value is None:  # the common case first
+    if kind is int or kind is bool or value is None:  # the common case first
         return value
+    if kind is float:
+        return finite(value)
     if kind is str or isinstance(value, (str, bytes)):
         if _key and redactor is not None and redactor.is_secret_key(_key):
             return REDACTED
@@ -323,7 +334,9 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
         return [sanitize_value(v, redactor) for v in items]
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, float):
+        return finite(float(value))
+    if isinstance(value, (bool, int)):
         return value
     return sanitize(redactor.text(str(value)) if redactor else str(value))
 

@@ -30,6 +30,7 @@ from tether.trace._sanitize import (
     JSON_OPENERS,
     REDACTED,
     Redactor,
+    finite,
     redact_keyed_text,
     sanitize,
     sanitize_value,
@@ -290,8 +291,10 @@ class Tracer:
         out: dict[str, Any] = {}
         for key, value in data.items():
             kind = type(value)
-            if kind is int or kind is float or kind is bool or value is None:
+            if kind is int or kind is bool or value is None:
                 out[key] = value
+            elif kind is float:
+                out[key] = finite(value)
             elif kind is str:
                 if key in _SECRETISH or (key not in _PLAIN and redactor.is_secret_key(key)):
                     out[key] = REDACTED
