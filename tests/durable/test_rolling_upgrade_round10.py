@@ -18,7 +18,12 @@ What did not hold, each fixed here and pinned below:
   lock queued behind theirs), where the guide names ``tether db init`` and a worker's start as
   the migrators. Client commands now only check: a store that lacks this release's migrations
   ends the command ``not_migrated`` (exit 1), naming the migration and saying to run ``tether db
-  init``; nothing is altered, and on SQLite no missing store file is made.
+  init``; nothing is altered, and on SQLite no missing store file is made;
+- a workflow request naming an op this release does not run (a later release's, beside this
+  one on one DBOS version or after a rollback) was run as a start: anything but ``resume`` fell
+  through to a fresh agent loop on the request's objective, under the run's id. It now stops
+  before anything is built or run (``UnreadableStep``: the workflow stays pending for a worker
+  that reads it, ``run_not_replayed`` names the op).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 
 import anyio
 import pytest
+from test_rolling_upgrade import Operator, _write_version
 
 from tether.errors import MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord
@@ -234,3 +240,46 @@ def test_a_client_never_makes_a_sqlite_deployments_missing_store_file(tmp_path: 
     assert (code, out["ok"]) == (0, True), out
     code, out = _cli(capsys, "approvals", "list", "--db", url)
     assert (code, out["ok"]) == (0, True), out
+
+
+# -- a workflow request a later release wrote ------------------------------------------------------
+
+
+def _logged(folder: Path, name: str) -> list[dict[str, Any]]:
+    path = folder / f"{name}.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def test_a_request_op_this_release_does_not_run_is_never_run_as_a_start(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    later = op.submit()  # no worker yet: it waits in the intake, where a later release's op is put
+    with sqlite3.connect(tmp_path / "deployment" / "intake.db") as intake:
+        [(raw,)] = intake.execute("SELECT request FROM tether_intake WHERE run_id = ?", (later,))
+        request = {**json.loads(raw), "op": "replay_from_step"}
+        intake.execute("UPDATE tether_intake SET request = ? WHERE run_id = ?", (json.dumps(request), later))
+    try:
+        op.start("s1")
+        legit = op.submit()  # the legitimate flow goes on beside it
+        op.until("today's run to pause", lambda: op.status(legit) == ["paused"])
+
+        def told() -> list[dict[str, Any]]:
+            logged = _logged(tmp_path, "s1")
+            return [e for e in logged if e.get("run_id") == later and e["event"] != "run_claimed"]
+
+        op.until("the later op to be refused", told)
+        [event] = told()
+        assert event["event"] == "run_not_replayed" and "replay_from_step" in event["cause"], event
+        assert [r[0] for r in op.lines("reads.log")] == [legit] and op.lines("effects.log") == []
+        with sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite") as dbos:
+            [(status,)] = dbos.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (later,))
+        assert status == "PENDING"  # not run, not failed: a worker that reads the op runs it
+        op.approve(legit)
+        op.until("today's run to finish", lambda: op.status(legit) == ["finished"])
+        assert [r[0] for r in op.lines("effects.log")] == [legit]
+    finally:
+        op.stop()
