@@ -221,10 +221,15 @@ def test_client_commands_never_migrate_a_deployment_they_say_to_run_db_init(
         assert (code, out["error"]) == (1, "not_migrated"), (words, out)
         assert "approvals.003_ledger_tenant" in out["message"] and "tether db init" in out["message"], out
     assert schema() == before  # nothing altered by a client
+    code, out = _cli(capsys, "db", "check", "--db", url)  # the operator's check says the same
+    assert (code, out["error"]) == (1, "not_migrated") and "approvals.003_ledger_tenant" in out["message"]
+    assert schema() == before
     code, out = _cli(capsys, "db", "init", "--db", url)  # the operator upgrades it, as told
     assert (code, out["ok"]) == (0, True), out
     assert "tenant" in schema()[0] and "approvals.003_ledger_tenant" in schema()[1]
     code, out = _cli(capsys, "approvals", "list", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+    code, out = _cli(capsys, "db", "check", "--db", url)
     assert (code, out["ok"]) == (0, True), out
 
 
