@@ -99,12 +99,23 @@ def open_stores(
         assert loc.path is not None
         if migrate:
             loc.path.mkdir(parents=True, exist_ok=True)
-        files = [_file(loc.path / name, migrate) for name in ("approvals.db", "mcp-pins.db", "mcp-state.db")]
-        approvals, pins, pauses = SqliteApprovalStore(files[0]), PinStore(files[1]), PauseStore(files[2])
-        mem = _file(loc.path / "memory.db", migrate) if memory_policy is not None else None
-        memory = SqliteMemory(mem, **kw) if mem is not None else None
+        names = (
+            "approvals.db",
+            "mcp-pins.db",
+            "mcp-state.db",
+            *(("memory.db",) if memory_policy is not None else ()),
+        )
+        files = _files(loc.path, names, migrate)
+        opened = [f for f in files if isinstance(f, Database)]
+        try:
+            approvals, pins, pauses = SqliteApprovalStore(files[0]), PinStore(files[1]), PauseStore(files[2])
+            memory = SqliteMemory(files[3], **kw) if memory_policy is not None else None
+        except BaseException:
+            for each in opened:
+                each.close()
+            raise
         closers = [s.close for s in (approvals, pins, pauses, memory) if s is not None]
-        closers += [f.close for f in (*files, mem) if isinstance(f, Database)]
+        closers += [each.close for each in opened]
         return Stores(loc, approvals, pins, pauses, memory, _closers=closers)
 
     from tether.memory._sqlstore import PgMemory
@@ -113,22 +124,31 @@ def open_stores(
 
     db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
     db.migrating = migrate
-    traces = PgTraceIndex(db)
-    shared = PgMemory(db, **kw) if memory_policy is not None else None
-    return Stores(
-        loc, PgApprovalStore(db), PinStore(db), PauseStore(db), shared, traces, db, [db.close, traces.flush]
-    )
+    try:
+        traces = PgTraceIndex(db)
+        shared = PgMemory(db, **kw) if memory_policy is not None else None
+        stores = (PgApprovalStore(db), PinStore(db), PauseStore(db))
+    except BaseException:
+        db.close()
+        raise
+    return Stores(loc, *stores, shared, traces, db, [db.close, traces.flush])
 
 
-def _file(path: Path, migrate: bool) -> Path | Database:
-    """A SQLite store's file: its path (its store creates and migrates it), or for a client
-    (``migrate`` off) a ``Database`` that only checks its migrations, never a file made."""
+def _files(folder: Path, names: tuple[str, ...], migrate: bool) -> list[Path | Database]:
+    """A SQLite deployment's store files: their paths (each store creates and migrates its own),
+    or for a client (``migrate`` off) ``Database``s that only check their migrations, opened
+    once every file is there: a missing one raises ``NotMigrated``, and no file is made."""
     from tether.sql._database import Database, NotMigrated
 
+    paths = [folder / name for name in names]
     if migrate:
-        return path
-    if not path.exists():
-        raise NotMigrated(f"{path}: no such store (tether db init --db URL sets a deployment up)")
-    db = Database.sqlite(path)
-    db.migrating = False
-    return db
+        return list(paths)
+    for path in paths:
+        if not path.exists():
+            raise NotMigrated(f"{path}: no such store (tether db init --db URL sets a deployment up)")
+    opened: list[Path | Database] = []
+    for path in paths:
+        db = Database.sqlite(path)
+        db.migrating = False
+        opened.append(db)
+    return opened
