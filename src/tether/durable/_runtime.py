@@ -29,7 +29,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
     context_to_json,
     dbos_config,
 )
-from tether.durable._steps import DurableSteps, step_options
+from tether.durable._steps import DurableSteps, UnreadableStep, step_options
 from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
@@ -140,6 +140,11 @@ async def _indexed(traces: Any, run_id: str) -> list[dict[str, Any]]:
     return await anyio.to_thread.run_sync(traces.events, run_id)
 
 
+# The ops a workflow's request may name (every release wrote ``start`` or ``resume``; a request
+# without one is a start of an earlier release's).
+OPS = ("start", "resume")
+
+
 async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     """The body of the ``tether.runs._values`` workflow (see the module docstring)."""
     from dbos import DBOS
@@ -147,6 +152,13 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     rt = runtime()
     run_id = str(request["run_id"])
     op = request.get("op", "start")
+    if op not in OPS:
+        # A later release's request (or a marker never meant to run): never run as a start.
+        raise UnreadableStep(
+            f"run {run_id}: its request's op {op!r} is not one this release runs (another release"
+            " wrote it); nothing was run and the run is left pending: run it with a worker of that"
+            " release (or roll forward to it)"
+        )
     base = {
         "run_id": run_id,
         "op": op,

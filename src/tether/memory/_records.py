@@ -13,7 +13,8 @@ MemoryKind = Literal["working", "episodic", "semantic", "procedural"]
 Confidence = Literal["authoritative", "inferred", "user_stated"]
 Sensitivity = Literal["public", "internal", "confidential", "secret"]
 WriteStatus = Literal["stored", "superseded", "conflicted"]
-RejectReason = Literal["expired", "scope", "acl", "deleted", "superseded"]
+# ``unreadable``: a record this release cannot read (a later release wrote it, after a rollback).
+RejectReason = Literal["expired", "scope", "acl", "deleted", "superseded", "unreadable"]
 
 
 class _Contract(BaseModel):

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, func, or_, select, update
 
 from tether.errors import MemoryPolicyError
@@ -62,17 +63,35 @@ class _Row:
     subject: str
     scope: str
     status: str
-    record: MemoryRecord | None  # None once deleted: the content is erased
+    record: MemoryRecord | None  # None once deleted (the content is erased), or unreadable
+    unreadable: str = ""  # why this release cannot read the stored body ("": it can)
 
     def live(self, now: datetime) -> bool:
         return self.status == "active" and self.record is not None and self.record.valid_until > now
 
 
 def _row(raw: Any) -> _Row:
+    """A stored row. A body this release cannot read (a later release's field or value, after a
+    rollback; or damaged) is kept unread, with why: never half-read, never a failed store."""
     body = raw.body
-    return _Row(
-        raw.id, raw.subject, raw.scope, raw.status, MemoryRecord.model_validate_json(body) if body else None
-    )
+    try:
+        record = MemoryRecord.model_validate_json(body) if body else None
+    except ValidationError as err:
+        first = err.errors()[0] if err.errors() else {"loc": (), "msg": str(err)}
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        return _Row(raw.id, raw.subject, raw.scope, raw.status, None, f"{where}: {first['msg']}")
+    return _Row(raw.id, raw.subject, raw.scope, raw.status, record)
+
+
+def _refuse_unreadable(row: _Row) -> None:
+    """A write is judged against the active records beside it (supersession, duplicates,
+    conflicts): one this release cannot read leaves it unjudgeable, so it is refused, named."""
+    if row.unreadable:
+        raise MemoryPolicyError(
+            "unreadable",
+            f"memory record {row.id} cannot be read by this release ({row.unreadable}): it was"
+            " written by a later release (or damaged); write beside it with a worker of that release",
+        )
 
 
 _COLS = (R.c.id, R.c.subject, R.c.scope, R.c.status, R.c.body)
@@ -104,6 +123,7 @@ def _supersede_target(
             raise MemoryPolicyError("scope", "a correction must keep the scope of the record it replaces")
         if old.subject != record.subject:
             raise MemoryPolicyError("subject", "a correction must keep the subject of the record it replaces")
+        _refuse_unreadable(old)
         return old
     same = [
         r
@@ -161,6 +181,8 @@ def _write(
         .order_by(insertion_order(conn, R))
     )
     rows = [_row(r) for r in raw]
+    for row in rows:
+        _refuse_unreadable(row)
     target = _supersede_target(conn, record, rows, correcting)
     fingerprint = _fingerprint(record)
     for row in rows:
@@ -216,7 +238,12 @@ def _read(conn: Connection, subject: str, scope: str, roles: frozenset[str], now
         .join(R, R.c.id == Cf.c.record_id)
         .where(R.c.scope == scope, R.c.status == "active")
     )
-    live = {row.id for row in rows if row.scope == scope and row.live(now)}
+    # A record this release cannot read may be live: its conflicts are still named (never dropped).
+    live = {
+        row.id
+        for row in rows
+        if row.scope == scope and (row.live(now) or (row.unreadable and row.status == "active"))
+    }
     partners: dict[str, list[str]] = {}
     for rid, other in pairs:
         if other in live:
@@ -226,10 +253,12 @@ def _read(conn: Connection, subject: str, scope: str, roles: frozenset[str], now
     for row in rows:
         if row.scope != scope:
             rejected.append(Rejection(row.id, None, "scope"))  # nothing of another tenant's content
-        elif row.status == "deleted" or row.record is None:
+        elif row.status == "deleted":
             rejected.append(Rejection(row.id, row.subject, "deleted"))
         elif row.status == "superseded":
             rejected.append(Rejection(row.id, row.subject, "superseded"))
+        elif row.record is None:
+            rejected.append(Rejection(row.id, row.subject, "unreadable" if row.unreadable else "deleted"))
         elif row.record.valid_until <= now:
             rejected.append(Rejection(row.id, row.subject, "expired"))
         elif not (row.record.acl & roles):

@@ -1,0 +1,290 @@
+"""An operator's rolling upgrade, tenth round.
+
+What did not hold, each fixed here and pinned below:
+
+- memory a later release wrote, read after a rollback (or by a worker of this release still
+  serving beside it): a record whose body holds a field or a value this release's strict record
+  contract does not know (``extra="forbid"``, literal kinds) made every read of its subject and
+  every write beside it fail with pydantic's ``ValidationError`` — untyped, the run's recall or
+  its closing ``remember`` failing whole for one record. Such a record is now kept unread: a read
+  lists it rejected (``unreadable``), its conflicts with readable records are still named, a
+  write beside it is refused typed (``MemoryPolicyError("unreadable")``, naming the record and
+  what this release could not read), and it can still be deleted (erasure never depends on
+  reading it).
+- a client command of this release (``tether approvals list|approve --db``, ``runs escalations``,
+  ``runs workers``, ``resume``, ``mcp approve --db``, ``serve --db``) on a deployment an earlier
+  release set up and nobody upgraded yet migrated it silently: ``ALTER TABLE`` on the live
+  deployment from a command documented to create nothing, behind the old workers' backs (its
+  lock queued behind theirs), where the guide names ``tether db init`` and a worker's start as
+  the migrators. Client commands now only check: a store that lacks this release's migrations
+  ends the command ``not_migrated`` (exit 1), naming the migration and saying to run ``tether db
+  init``; nothing is altered, and on SQLite no missing store file is made;
+- a workflow request naming an op this release does not run (a later release's, beside this
+  one on one DBOS version or after a rollback) was run as a start: anything but ``resume`` fell
+  through to a fresh agent loop on the request's objective, under the run's id. It now stops
+  before anything is built or run (``UnreadableStep``: the workflow stays pending for a worker
+  that reads it, ``run_not_replayed`` names the op).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_rolling_upgrade import Operator, _write_version
+
+from tether.errors import MemoryPolicyError
+from tether.memory import MemoryPolicy, MemoryRecord
+from tether.memory._sqlstore import SqlMemory
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+NOW = T0 + timedelta(hours=1)
+SCOPE = "tenant:acme"
+POLICY = MemoryPolicy(approved_sources=frozenset({"erp", "cmms"}))
+
+
+def _record(claim: str, *, subject: str = "asset:991", system: str = "erp", **extra: Any) -> MemoryRecord:
+    return MemoryRecord.model_validate(
+        {
+            "kind": "semantic",
+            "subject": subject,
+            "claim": claim,
+            "source": {"system": system, "record": f"{system}-{claim}", "observed_at": T0.isoformat()},
+            "scope": SCOPE,
+            "confidence": "authoritative",
+            "valid_until": (T0 + timedelta(days=30)).isoformat(),
+            "acl": ["viewer"],
+            "retention": "P30D",
+            "purpose": "maintenance",
+            "sensitivity": "internal",
+            **extra,
+        },
+        strict=False,
+    )
+
+
+class Where:
+    """A memory store's place (a SQLite file or a PostgreSQL schema) and raw SQL on it."""
+
+    def __init__(self, kind: str, tmp_path: Path, pg_url: str | None) -> None:
+        self.kind, self.tmp, self.pg_url = kind, tmp_path, pg_url
+
+    def open(self) -> SqlMemory:
+        place = str(self.tmp / "memory.db") if self.kind == "sqlite" else self.pg_url
+        return SqlMemory(place, policy=POLICY, clock=lambda: NOW)
+
+    def sql(self, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.tmp / "memory.db") as db:
+                return list(db.execute(statement, params))
+        import psycopg
+
+        from tether.sql._postgres import PgUrl
+
+        url = PgUrl.parse(self.pg_url or "")
+        with psycopg.connect(url.conninfo, options=f"-c search_path={url.schema}") as db:
+            cur = db.execute(statement.replace("?", "%s"), params or None)
+            return list(cur) if cur.description else []
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    yield Where(request.param, tmp_path, pg_url)
+
+
+def _as_a_later_release_wrote_it(where: Where, record_id: str, **fields: Any) -> None:
+    """The stored body as a later release's record contract writes it: a field more."""
+    [(body,)] = where.sql("SELECT body FROM memory_records WHERE id = ?", (record_id,))
+    where.sql(
+        "UPDATE memory_records SET body = ? WHERE id = ?",
+        (json.dumps({**json.loads(body), **fields}), record_id),
+    )
+
+
+def test_memory_a_later_release_wrote_is_rejected_named_and_never_fails_the_store(where: Where) -> None:
+    async def play() -> None:
+        store = where.open()
+        try:
+            kept = await store.propose(_record("pump bearing replaced"))  # the legitimate flow
+            later = await store.propose(_record("pump runs at 40 Hz", system="cmms"))
+            assert later.status == "conflicted" and later.conflicts_with == (kept.record.id,)
+            other = await store.propose(_record("valve closed", subject="asset:992"))
+            assert later.record.id is not None and other.record.id is not None
+            _as_a_later_release_wrote_it(where, later.record.id, evidence_level="measured")
+
+            found = await store.read("asset:991", scope=SCOPE, roles={"viewer"}, now=NOW)
+            assert [r.record.id for r in found.records] == [kept.record.id]
+            assert [(r.record_id, r.reason) for r in found.rejected] == [(later.record.id, "unreadable")]
+            # Its disagreement with the readable record is still said, never dropped unread.
+            assert found.records[0].conflicts_with == (later.record.id,)
+
+            with pytest.raises(MemoryPolicyError) as refused:  # a write beside it cannot be judged
+                await store.propose(_record("pump bearing worn"))
+            assert refused.value.reason == "unreadable"
+            assert later.record.id in str(refused.value) and "evidence_level" in str(refused.value)
+            with pytest.raises(MemoryPolicyError) as refused:
+                await store.correct(
+                    later.record.id, _record("pump runs at 50 Hz", system="cmms"), actor="ops", reason="r"
+                )
+            assert refused.value.reason == "unreadable"
+            count = "SELECT count(*) FROM memory_records WHERE subject = 'asset:991'"
+            assert where.sql(count) == [(2,)]  # nothing half-written
+
+            # Other subjects are untouched; the unreadable record can still be erased, then writes go on.
+            assert [
+                r.record.id
+                for r in (await store.read("asset:992", scope=SCOPE, roles={"viewer"}, now=NOW)).records
+            ] == [other.record.id]
+            await store.delete(later.record.id, actor="ops", reason="erasure request")
+            again = await store.propose(_record("pump bearing worn"))
+            assert again.status == "superseded" and again.record.supersedes == kept.record.id
+        finally:
+            store.close()
+
+    anyio.run(play)
+
+
+# -- client commands on a deployment an earlier release set up ------------------------------------
+
+
+def _cli(capsys: Any, *words: str) -> tuple[int, dict[str, Any]]:
+    from tether.cli import main
+
+    capsys.readouterr()
+    code = main([*words, "--json"])
+    out, _ = capsys.readouterr()
+    return code, json.loads(out.strip().splitlines()[-1])
+
+
+CLIENTS = (
+    ("approvals", "list"),
+    ("approvals", "approve", "p-none"),
+    ("runs", "escalations"),
+    ("resume", "r-none"),
+)
+
+
+def _as_before_the_ledger_tenant(url: str, tmp_path: Path) -> Any:
+    """The deployment as a release before ``approvals.003_ledger_tenant`` left it; returns a
+    reader of what the approvals tables hold (its columns and recorded migrations)."""
+    if url.startswith("sqlite"):
+        file = tmp_path / "deployment" / "approvals.db"
+
+        def sql(statement: str) -> list[Any]:
+            with sqlite3.connect(file) as db:
+                return [r[0] for r in db.execute(statement)]
+
+        columns = "SELECT name FROM pragma_table_info('effect_ledger')"
+    else:
+        import psycopg
+
+        from tether.sql._postgres import PgUrl
+
+        pg = PgUrl.parse(url)
+
+        def sql(statement: str) -> list[Any]:
+            with psycopg.connect(pg.conninfo, autocommit=True, options=f"-c search_path={pg.schema}") as db:
+                cur = db.execute(statement)
+                return [r[0] for r in cur] if cur.description else []
+
+        columns = (
+            "SELECT column_name FROM information_schema.columns"
+            f" WHERE table_schema = '{pg.schema}' AND table_name = 'effect_ledger'"
+        )
+    sql("ALTER TABLE effect_ledger DROP COLUMN tenant")
+    sql("DELETE FROM _migrations WHERE name = 'approvals.003_ledger_tenant'")
+    return lambda: (sorted(sql(columns)), sorted(sql("SELECT name FROM _migrations")))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_client_commands_never_migrate_a_deployment_they_say_to_run_db_init(
+    backend: str, tmp_path: Path, capsys: Any, request: pytest.FixtureRequest
+) -> None:
+    url = f"sqlite:///{tmp_path / 'deployment'}" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    code, out = _cli(capsys, "db", "init", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+    for words in CLIENTS:  # the legitimate flow: an upgraded deployment serves every client
+        code, out = _cli(capsys, *words, "--db", url)
+        assert out.get("error") != "not_migrated", (words, out)
+    schema = _as_before_the_ledger_tenant(url, tmp_path)
+    before = schema()
+    assert "tenant" not in before[0] and "approvals.003_ledger_tenant" not in before[1]
+    for words in CLIENTS:
+        code, out = _cli(capsys, *words, "--db", url)
+        assert (code, out["error"]) == (1, "not_migrated"), (words, out)
+        assert "approvals.003_ledger_tenant" in out["message"] and "tether db init" in out["message"], out
+    assert schema() == before  # nothing altered by a client
+    code, out = _cli(capsys, "db", "check", "--db", url)  # the operator's check says the same
+    assert (code, out["error"]) == (1, "not_migrated") and "approvals.003_ledger_tenant" in out["message"]
+    assert schema() == before
+    code, out = _cli(capsys, "db", "init", "--db", url)  # the operator upgrades it, as told
+    assert (code, out["ok"]) == (0, True), out
+    assert "tenant" in schema()[0] and "approvals.003_ledger_tenant" in schema()[1]
+    code, out = _cli(capsys, "approvals", "list", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+    code, out = _cli(capsys, "db", "check", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+
+
+def test_a_client_never_makes_a_sqlite_deployments_missing_store_file(tmp_path: Path, capsys: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    code, out = _cli(capsys, "db", "init", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+    (tmp_path / "deployment" / "mcp-pins.db").unlink()  # a store an earlier release never had
+    code, out = _cli(capsys, "approvals", "list", "--db", url)
+    assert (code, out["error"]) == (1, "not_migrated"), out
+    assert "mcp-pins.db" in out["message"] and not (tmp_path / "deployment" / "mcp-pins.db").exists()
+    code, out = _cli(capsys, "db", "init", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+    code, out = _cli(capsys, "approvals", "list", "--db", url)
+    assert (code, out["ok"]) == (0, True), out
+
+
+# -- a workflow request a later release wrote ------------------------------------------------------
+
+
+def _logged(folder: Path, name: str) -> list[dict[str, Any]]:
+    path = folder / f"{name}.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def test_a_request_op_this_release_does_not_run_is_never_run_as_a_start(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    later = op.submit()  # no worker yet: it waits in the intake, where a later release's op is put
+    with sqlite3.connect(tmp_path / "deployment" / "intake.db") as intake:
+        [(raw,)] = intake.execute("SELECT request FROM tether_intake WHERE run_id = ?", (later,))
+        request = {**json.loads(raw), "op": "replay_from_step"}
+        intake.execute("UPDATE tether_intake SET request = ? WHERE run_id = ?", (json.dumps(request), later))
+    try:
+        op.start("s1")
+        legit = op.submit()  # the legitimate flow goes on beside it
+        op.until("today's run to pause", lambda: op.status(legit) == ["paused"])
+
+        def told() -> list[dict[str, Any]]:
+            logged = _logged(tmp_path, "s1")
+            return [e for e in logged if e.get("run_id") == later and e["event"] != "run_claimed"]
+
+        op.until("the later op to be refused", told)
+        [event] = told()
+        assert event["event"] == "run_not_replayed" and "replay_from_step" in event["cause"], event
+        assert [r[0] for r in op.lines("reads.log")] == [legit] and op.lines("effects.log") == []
+        with sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite") as dbos:
+            [(status,)] = dbos.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (later,))
+        assert status == "PENDING"  # not run, not failed: a worker that reads the op runs it
+        op.approve(legit)
+        op.until("today's run to finish", lambda: op.status(legit) == ["finished"])
+        assert [r[0] for r in op.lines("effects.log")] == [legit]
+    finally:
+        op.stop()
