@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
 
 __all__ = [
+    "TOOLS_OWN",
     "amount_defaults",
     "home_currency",
     "named_bounds",
@@ -79,16 +80,24 @@ def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: Arg
     return sum(paid(arguments.get(r.argument)) for r in others)
 
 
+TOOLS_OWN = "the tool's own"
+"""The currency of an amount whose tool takes a currency but was given none it reads: left out
+where its schema states no default, ``null``, or no code (a number, a list). The tool pays in a
+currency of its own choosing, which no code the request states is: only a figure stated with no
+currency bounds it (``bounding``)."""
+
+
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
     """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
-    argument it names as the tool receives it (``home_currency`` where the call leaves it out);
-    None where nothing says (``bounding`` then reads every currency the request names)."""
+    argument it names as the tool receives it (``home_currency`` where the call leaves it out;
+    ``TOOLS_OWN`` where that gives none, or the tool receives ``null`` or no text); None where
+    the tool takes no currency (``bounding`` then reads every currency the request names)."""
     if rule.currency is None or rules is None or rule.currency not in rules.arguments:
         return home_currency(rules, call, rule)
-    value = call.arguments.get(rule.currency)
-    if value is None:
-        return home_currency(rules, call, rule)
-    return currency_code(value) if isinstance(value, str) and value.strip() else None
+    if rule.currency not in call.arguments:
+        return home_currency(rules, call, rule) or TOOLS_OWN
+    value = call.arguments[rule.currency]
+    return currency_code(value) if isinstance(value, str) and value.strip() else TOOLS_OWN
 
 
 def home_currency(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
