@@ -24,7 +24,6 @@ __all__ = [
     "amount_defaults",
     "home_currency",
     "named_bounds",
-    "nulls_as_defaults",
     "paid_before",
     "paid_beside",
     "paid_in",
@@ -48,16 +47,10 @@ def amount_defaults(
 
 
 def with_defaults(arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` as the tool receives them: the ``defaults`` of those left out."""
-    return {**defaults, **arguments}
-
-
-def nulls_as_defaults(arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` as their options are judged: one sent as ``null`` is its schema's default
-    (``defaults``) too, since a tool may read ``null`` as "not told" (``options ?? defaults``)
-    and apply the default, which no null says is safe (a share that makes a public link unless
-    told not to)."""
-    return {k: defaults.get(k) if v is None else v for k, v in arguments.items()}
+    """``arguments`` as the tool receives them: the ``defaults`` of those left out, or sent as
+    ``null``, which a tool may read as "not told" (``options ?? defaults``) and so apply the
+    default (a share that makes a public link unless told not to, a top-up of its default 50)."""
+    return {**defaults, **{k: v for k, v in arguments.items() if v is not None or k not in defaults}}
 
 
 def paid_before(

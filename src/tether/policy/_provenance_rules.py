@@ -50,7 +50,6 @@ from tether.policy._provenance_paid import (
     amount_defaults,
     home_currency,
     named_bounds,
-    nulls_as_defaults,
     paid_before,
     paid_beside,
     paid_in,
@@ -208,7 +207,7 @@ class ProvenanceRules:
         shown: dict[str, list[dict[str, Any]]] = {}
         properties = (spec.parameters or {}).get("properties") or {}
         judged = False  # whether a declared argument carried a value its rule restricts
-        for arg, value in nulls_as_defaults(call.arguments, options).items():
+        for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
             if rule is None or value is None:
                 continue
