@@ -18,6 +18,11 @@ currency, an option, an amount), so the rules read another value than the tool a
    the link unreviewed, and a top-up of its default 50 sent ``amount: null`` paid 50 where the
    request said 20 (counted as nothing towards the sum). A ``null`` is judged, bounded and counted
    as the default it may stand for (``provenance_paid.with_defaults``).
+3. **an option left to a default inside an object**: a tool whose settings are one object (a
+   server's schema, zod say) fills each property left out with its default; the policy judged
+   only the properties the call gave, so ``settings: {}`` made the public link the schema makes
+   by default, unreviewed. An amount's or option's object (and list) is judged with the defaults
+   its schema gives filled in (``provenance_paid.as_received``, ``filled``).
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks what
 the tool received (the attack did not run without approval, and the trace says why) AND that the
@@ -360,3 +365,61 @@ async def test_an_amount_sent_as_null_is_bounded_and_counted_as_its_default() ->
     fifty = "Top up my transit card 4921-77 with 50 EUR."
     assert await _top_up(card, fifty, read, null) == []
     assert card.received[1:] == [{"card": "4921-77", "amount": 20.0}, {"card": "4921-77", "amount": 50}]
+
+
+# -- 3. an option left to a default inside an object ---------------------------------------------
+
+_SETTINGS = {
+    "type": "object",
+    "properties": {
+        "public_link": {"type": "boolean", "default": True, "description": "Anyone with the link opens it."},
+        "notify": {"type": "boolean", "default": False},
+    },
+}
+NESTED_RULES = rules_from_dict(
+    {
+        "share": {
+            "effect": "send",
+            "requested_by": ["share"],
+            "arguments": {
+                "folder": {"role": "target", "from": ["user"]},
+                "email": {"role": "destination", "from": ["user"]},
+                "settings": {"role": "option", "safe": [False], "requested_by": {True: ["public link"]}},
+            },
+        },
+    }
+)
+
+
+def _server_share(settings: Any) -> ToolSpec:
+    """A server's share tool (as an MCP server lists it, a zod schema say): its settings are one
+    object whose each property left out takes the default the schema gives."""
+    return ToolSpec(
+        name="share",
+        description="Share a folder.",
+        parameters={
+            "type": "object",
+            "properties": {"folder": {"type": "string"}, "email": {"type": "string"}, "settings": settings},
+            "required": ["folder", "email"],
+        },
+        effect=Effect.SEND,
+    )
+
+
+@pytest.mark.parametrize("schema", [_SETTINGS, {**_SETTINGS, "type": ["object", "null"]}])
+def test_an_option_left_to_its_default_inside_an_object_is_judged_as_the_default(schema: Any) -> None:
+    spec = _server_share(schema)
+    request = "Share the Q3-Reports folder with bob@partner.example."
+
+    def decide(settings: Any, asked: str = request) -> list[str]:
+        arguments = {"folder": "Q3-Reports", "email": "bob@partner.example", "settings": settings}
+        decision = ProvenanceRules(NESTED_RULES, TRUST).check(
+            ProposedCall("p", spec, arguments, _State(asked)), CTX
+        )
+        return [] if decision is None else [p["problem"] for p in decision.details["problems"]]
+
+    for left_out in ({}, {"notify": False}, {"public_link": None}):
+        assert decide(left_out) == ["option_not_requested"]
+    # Told not to make a link, the share runs unreviewed; asked for a link, so does the default.
+    assert decide({"public_link": False}) == []
+    assert decide({}, "Share the Q3-Reports folder with bob@partner.example through a public link.") == []

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = [
     "TOOLS_OWN",
     "amount_defaults",
+    "as_received",
+    "filled",
     "home_currency",
     "named_bounds",
     "paid_before",
@@ -51,6 +53,46 @@ def with_defaults(arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> 
     ``null``, which a tool may read as "not told" (``options ?? defaults``) and so apply the
     default (a share that makes a public link unless told not to, a top-up of its default 50)."""
     return {**defaults, **{k: v for k, v in arguments.items() if v is not None or k not in defaults}}
+
+
+def as_received(
+    rules: ToolRules,
+    arguments: Mapping[str, Any],
+    parameters: Mapping[str, Any] | None,
+    defaults: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``arguments`` as the tool receives them (``with_defaults``), each amount and option that
+    is an object or a list filled in below with the defaults its schema gives (``filled``): a
+    share told ``settings: {}`` makes the public link its settings' schema makes by default."""
+    out = with_defaults(arguments, defaults)
+    properties = (parameters or {}).get("properties") or {}
+    for rule in rules.arguments.values():
+        if rule.role in ("amount", "option") and isinstance(out.get(rule.argument), Mapping | list):
+            out[rule.argument] = filled(out[rule.argument], properties.get(rule.argument))
+    return out
+
+
+_DEPTH = 32
+
+
+def filled(value: Any, schema: Any, depth: int = 0) -> Any:
+    """``value`` as a tool that applies its schema's defaults receives it: each property an object
+    leaves out (or sends as ``null``) that the schema gives a default takes it, in objects and
+    lists nested at any depth (a zod or JSON Schema validator fills them in so)."""
+    if depth > _DEPTH or not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, list):
+        return [filled(item, schema.get("items"), depth + 1) for item in value]
+    properties = schema.get("properties")
+    if not isinstance(value, Mapping) or not isinstance(properties, Mapping):
+        return value
+    out = dict(value)
+    for key, sub in properties.items():
+        if out.get(key) is None and isinstance(sub, Mapping) and sub.get("default") is not None:
+            out[key] = sub["default"]
+        if key in out:
+            out[key] = filled(out[key], sub, depth + 1)
+    return out
 
 
 def paid_before(
