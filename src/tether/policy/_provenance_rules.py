@@ -195,10 +195,8 @@ class ProvenanceRules:
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
         self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
-        options = amount_defaults(rules, spec.parameters, ("option",))  # judged as the tool receives them
-        received = as_received(
-            rules, call.arguments, spec.parameters, {**options, **self._defaults[spec.name]}
-        )
+        defaults = {**amount_defaults(rules, spec.parameters, ("option",)), **self._defaults[spec.name]}
+        received = as_received(rules, call.arguments, spec.parameters, defaults)  # judged as received
         given, call = call.arguments, dataclasses.replace(call, arguments=received)
         index = self._index(call.state)
         out = _Verdict()
