@@ -219,7 +219,7 @@ def local_tool_names(af: AgentFile) -> list[str]:
     return [t.name for t in _local_tools(af)]
 
 
-_TOOL_OPTIONS = {"name", "egress_argument", "timeout_s", "needs_approval"}
+_TOOL_OPTIONS = ("name", "egress_argument", "target", "timeout_s", "needs_approval")
 
 
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
@@ -233,7 +233,7 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
         where = f"{af.label()}: tools[{i}] ({ref.function})"
         found = import_ref(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
-        options = cast(ToolOptions, ref.model_dump(include=_TOOL_OPTIONS, exclude_none=True))
+        options = cast(ToolOptions, {k: v for k in _TOOL_OPTIONS if (v := getattr(ref, k)) is not None})
         for item in items:
             try:
                 if isinstance(item, Tool):

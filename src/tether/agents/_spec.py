@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tether.core.types import Effect
+from tether.core.types import Effect, Target
 from tether.errors import ConfigError
 
 __all__ = [
@@ -263,8 +263,15 @@ class ToolRef(_Strict):
     effect: Effect | None = Field(
         default=None, description="read, write, send, purchase or delete (an undeclared function is a write)"
     )
-    egress_argument: str | None = Field(
-        default=None, description="the argument holding a destination, checked against policy.egress"
+    egress_argument: str | tuple[str, ...] | None = Field(
+        default=None,
+        description="the argument(s) holding a destination (one name or a list, e.g. [to, cc]), each "
+        "checked against policy.egress",
+    )
+    target: Target | None = Field(
+        default=None,
+        description="{argument, kind}: the argument naming the object the tool acts on, whose owner "
+        "policy.catalog gives (a call on another tenant's or an unknown object is denied)",
     )
     timeout_s: float | None = Field(default=None, gt=0, description="seconds a call may take")
     needs_approval: bool | None = Field(default=None, description="always ask a person before a call")

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from tether.console._render import hidden_chars, names_in, pretty_json, reorders
+from tether.console._runs import SHOWN_DEPTH, nests_deeper, shallow
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, find_names, skeleton
@@ -153,15 +154,12 @@ class _Facts:
     intact: bool
     provenance: dict[str, list[dict[str, Any]]]
     provenance_source: str
+    deep: list[str]  # arguments nested deeper than ``SHOWN_DEPTH``: read and shown cut
 
     @classmethod
     async def of(cls, sources: ConsoleSources, p: StoredProposal, state: Any = None) -> _Facts:
         assert sources.approvals is not None
-        try:
-            loaded = json.loads(p.arguments)
-            arguments = loaded if isinstance(loaded, dict) else {"(arguments)": loaded}
-        except ValueError:
-            arguments = {"(unreadable arguments)": p.arguments}
+        arguments, deep = await anyio.to_thread.run_sync(_arguments, p.arguments)
         policy: dict[str, Any] | None = None
         for event in await sources.approvals.store.events(p.id):
             if event.op == "policy":  # of a record an earlier release cut mid-way, its whole part
@@ -178,16 +176,20 @@ class _Facts:
                 if isinstance(message, AssistantMessage):
                     for c in message.tool_calls:
                         if c.name == p.tool:
-                            redactor.learn(p.tool, c.arguments)
+                            redactor.learn(p.tool, shallow(c.arguments))
         recorded = (policy or {}).get("provenance")
         if isinstance(recorded, dict):
             provenance, source = _recorded_provenance(recorded), "recorded by the policy when proposed"
         elif state is not None:
-            provenance = await anyio.to_thread.run_sync(_computed_provenance, arguments, state)
-            source = "traced now from the run's checkpoint (default trust classes)"
+            try:
+                provenance = await anyio.to_thread.run_sync(_computed_provenance, arguments, state)
+                source = "traced now from the run's checkpoint (default trust classes)"
+            except RecursionError:
+                provenance, source = {}, "not traced: the run's state nests too deep to read"
         else:
             provenance, source = {}, "no run state: proposed through the desk, not by a model"
-        return cls(p, arguments, policy, masked, redactor, sources.approvals.intact(p), provenance, source)
+        intact = await anyio.to_thread.run_sync(_intact, sources.approvals, p)
+        return cls(p, arguments, policy, masked, redactor, intact, provenance, source, deep)
 
     def repeats_secret(self, value: Any) -> bool:
         """Whether a shown argument's value hides text because it repeats a declared secret's (the
@@ -243,6 +245,7 @@ class _Facts:
         flags = [{"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"}]
         flags = flags if not self.intact else []
         for kind, text, names in (
+            ("deep", f"nested deeper than {SHOWN_DEPTH} levels, shown cut: ", ", ".join(self.deep)),
             ("untrusted", "from untrusted content: ", ", ".join(sorted(untrusted))),
             ("composed", "composed by the model: ", ", ".join(sorted(composed))),
             ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),
@@ -254,6 +257,28 @@ class _Facts:
             if names:  # an argument's name, or a name found in a value, may hold a secret's text
                 flags.append({"kind": kind, "text": self.redactor.text(text + names)})
         return flags
+
+
+def _arguments(text: str) -> tuple[dict[str, Any], list[str]]:
+    """A proposal's stored arguments as its reviewer reads them: each cut past ``SHOWN_DEPTH``
+    levels (``shallow``: a model may nest hundreds deep, past what rendering, redacting and
+    encoding them can recurse), and the names of those cut (flagged)."""
+    try:
+        loaded = json.loads(text)
+    except (ValueError, RecursionError):
+        return {"(unreadable arguments)": text}, []
+    arguments = loaded if isinstance(loaded, dict) else {"(arguments)": loaded}
+    deep = [str(k) for k, v in arguments.items() if nests_deeper(v)]
+    return {k: shallow(v) for k, v in arguments.items()}, deep
+
+
+def _intact(approvals: Any, p: StoredProposal) -> bool:
+    """``Approvals.intact``, in a worker thread (its own stack: the stored arguments are parsed
+    and hashed whole); arguments nested past what can be hashed again are not vouched for."""
+    try:
+        return bool(approvals.intact(p))
+    except RecursionError:
+        return False
 
 
 def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, Any]]) -> dict[str, Any]:
@@ -356,7 +381,7 @@ async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
         return None
     try:
         state = await anyio.to_thread.run_sync(state_from_json, cp.state)  # a run's state may be long
-    except (ApprovalError, ValueError, KeyError, TypeError):
+    except (ApprovalError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return state if getattr(state.context, "tenant", None) == p.tenant else None
 
@@ -425,7 +450,7 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
             return {
                 "text": message.content or "",
                 "calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments, "this": c.id == call_id}
+                    {"id": c.id, "name": c.name, "arguments": shallow(c.arguments), "this": c.id == call_id}
                     for c in message.tool_calls
                 ],
                 "observations_before": [
@@ -441,13 +466,15 @@ async def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[
     """The other calls' arguments as the run's trace recorded them (redacted by every tool's
     declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
-    if p.run_id:
-        for e in await sources.events(p.run_id):
-            if e.get("kind") == "tool_proposed" and e.get("call_id"):
-                traced[str(e["call_id"])] = e.get("arguments")
+    wanted = {str(c["id"]) for c in calls}
+    if p.run_id:  # the turn's calls only, read as a stream: never the whole trace held
+        for e in await sources.scan(
+            p.run_id, ["tool_proposed"], lambda e: bool(e.get("call_id")) and str(e["call_id"]) in wanted
+        ):
+            traced[str(e["call_id"])] = e.get("arguments")
     for c in calls:
         if c["id"] in traced:
-            c["arguments"] = traced[c["id"]]
+            c["arguments"] = shallow(traced[c["id"]])
         elif c["name"] != p.tool:  # this tool's secrets are redacted with the rest of the page
             c["arguments"] = "(not shown: the run's trace does not record this call)"
 

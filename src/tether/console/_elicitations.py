@@ -336,20 +336,20 @@ async def url_requests(
     out: list[dict[str, Any]] = []
     # The principal's most recent runs: a page load stays cheap.
     for run in await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
-        for e in await sources.events(run.run_id):
-            if e.get("kind") == "mcp_elicitation" and e.get("url"):
-                out.append(
-                    {
-                        "run_id": run.run_id,
-                        "tenant": run.tenant,
-                        "ts": e.get("ts", ""),
-                        "server": e.get("server", ""),
-                        "tool": e.get("tool"),
-                        "outcome": e.get("outcome", ""),
-                        "reason": e.get("reason", ""),
-                        "domain": domain_view(str(e["url"])),
-                    }
-                )
+        asked = await sources.scan(run.run_id, ["mcp_elicitation"], lambda e: bool(e.get("url")), limit)
+        for e in asked:
+            out.append(
+                {
+                    "run_id": run.run_id,
+                    "tenant": run.tenant,
+                    "ts": e.get("ts", ""),
+                    "server": e.get("server", ""),
+                    "tool": e.get("tool"),
+                    "outcome": e.get("outcome", ""),
+                    "reason": e.get("reason", ""),
+                    "domain": domain_view(str(e["url"])),
+                }
+            )
         if len(out) >= limit:
             break
     return out[:limit]

@@ -11,7 +11,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,8 +27,10 @@ __all__ = [
     "StoredTraceIndex",
     "TimelineItem",
     "TraceIndex",
+    "nests_deeper",
     "run_filter",
     "run_totals",
+    "shallow",
     "timeline",
     "valid_run_id",
 ]
@@ -99,6 +101,9 @@ def run_filter(params: Mapping[str, str]) -> RunFilter:
 VIEW_EVENTS = 2000  # events read and shown; the rest of the trace is not read
 VIEW_BYTES = 32 << 20  # bytes of trace read; the rest is not read
 LINE_BYTES = 1 << 20  # one trace line; a longer one is skipped (counted), never loaded whole
+SCANNED_EVENTS = 200  # events of the kinds looked for that one scan of a run keeps (``RunIndex.scan``)
+# Which events a scan keeps besides their kind (a proposal's page: its turn's calls); None: all.
+Where = Callable[[dict[str, Any]], bool] | None
 
 
 @dataclass(slots=True)
@@ -143,8 +148,11 @@ def _lines(f: IO[bytes], view: RunView) -> Iterator[bytes]:
         yield line
 
 
-def _stream(f: IO[bytes], view: RunView) -> Iterator[dict[str, Any]]:
+def _stream(f: IO[bytes], view: RunView, names: Collection[bytes] = ()) -> Iterator[dict[str, Any]]:
+    """The events of ``f``'s lines (with ``names``: only of lines holding one of them)."""
     for line in _lines(f, view):
+        if names and not any(name in line for name in names):
+            continue
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
@@ -163,6 +171,28 @@ def read_view(path: Path) -> RunView:
                 break
         view.unread_bytes = max(0, os.fstat(f.fileno()).st_size - f.tell())
     return view
+
+
+def _kinds(
+    events: Iterable[dict[str, Any]], kinds: Collection[str], where: Where, limit: int
+) -> list[dict[str, Any]]:
+    """The first ``limit`` of ``events`` of one of ``kinds`` that ``where`` keeps."""
+    found: list[dict[str, Any]] = []
+    for e in events:
+        if e.get("kind") in kinds and (where is None or where(e)):
+            found.append(e)
+            if len(found) >= limit:
+                break
+    return found
+
+
+def scan_file(
+    path: Path, kinds: Collection[str], where: Where = None, limit: int = SCANNED_EVENTS
+) -> list[dict[str, Any]]:
+    """``RunIndex.scan`` of a trace file: read as a stream, a line parsed only when it names one of
+    ``kinds`` (a long trace costs its reading, never its events' memory)."""
+    with path.open("rb") as f:
+        return _kinds(_stream(f, RunView(), [json.dumps(k).encode() for k in kinds]), kinds, where, limit)
 
 
 def _read(path: Path) -> Iterator[dict[str, Any]]:
@@ -227,6 +257,13 @@ class RunIndex(ABC):
         events = self.events(run_id)
         return RunView(events[:VIEW_EVENTS], unread_events=max(0, len(events) - VIEW_EVENTS))
 
+    def scan(
+        self, run_id: str, kinds: Collection[str], where: Where = None, limit: int = SCANNED_EVENTS
+    ) -> list[dict[str, Any]]:
+        """The first ``limit`` events of ``kinds`` in a run's trace that ``where`` keeps (what the
+        questions page and a proposal's page look for in a run), never the whole trace held."""
+        return _kinds(self.events(run_id), kinds, where, limit)
+
 
 class TraceIndex(RunIndex):
     """The runs of one trace folder."""
@@ -282,6 +319,15 @@ class TraceIndex(RunIndex):
         except OSError:
             return RunView()
 
+    def scan(
+        self, run_id: str, kinds: Collection[str], where: Where = None, limit: int = SCANNED_EVENTS
+    ) -> list[dict[str, Any]]:
+        path = self.path(run_id)
+        try:
+            return scan_file(path, kinds, where, limit) if path is not None else []
+        except OSError:
+            return []
+
     def _forget(self, run_id: str) -> None:
         with self._lock:
             self._cache.pop(run_id, None)
@@ -330,16 +376,29 @@ _SKIP = {"run_id", "seq", "ts", "kind"}
 SHOWN_DEPTH = 32  # of a value in an event's facts: deeper parts are cut (a run may nest hundreds deep)
 
 
-def _shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
+def shallow(value: Any, depth: int = SHOWN_DEPTH) -> Any:
     """``value`` with whatever is nested deeper than ``depth`` replaced by a marker, so that
-    rendering, copying and encoding it stay within Python's recursion limit."""
+    rendering, copying and encoding it stay within Python's recursion limit (a trace's event, a
+    proposal's arguments: a model may nest hundreds deep)."""
     if not isinstance(value, dict | list):
         return value
     if depth <= 0:
         return f"… (nested deeper than {SHOWN_DEPTH} levels: cut)"
     if isinstance(value, list):
-        return [_shallow(v, depth - 1) for v in value]
-    return {k: _shallow(v, depth - 1) for k, v in value.items()}
+        return [shallow(v, depth - 1) for v in value]
+    return {k: shallow(v, depth - 1) for k, v in value.items()}
+
+
+def nests_deeper(value: Any, depth: int = SHOWN_DEPTH) -> bool:
+    """Whether ``shallow`` cuts ``value`` (read without recursion: it may nest past the limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level >= depth:
+                return True
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _category(kind: str, e: Mapping[str, Any]) -> str:
@@ -452,7 +511,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
                 kind,
                 _category(kind, e),
                 _safe_title(kind, e),
-                {k: _shallow(v) for k, v in e.items() if k not in _SKIP},
+                {k: shallow(v) for k, v in e.items() if k not in _SKIP},
                 str(rule) if rule else None,
                 str(proposal) if proposal else None,
                 str(trust) if trust else None,

@@ -4,7 +4,7 @@ database of its own), so other backends change only how ``ConsoleSources`` is bu
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from tether.console._runs import RunFilter, RunIndex, RunSummary, RunView, StoredTraceIndex, TraceIndex
+from tether.console._runs import (
+    SCANNED_EVENTS,
+    RunFilter,
+    RunIndex,
+    RunSummary,
+    RunView,
+    StoredTraceIndex,
+    TraceIndex,
+    Where,
+)
 from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
@@ -59,6 +68,15 @@ class ConsoleSources:
     async def events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's trace events, whoever may see them (the caller checks)."""
         return await anyio.to_thread.run_sync(self.traces.events, run_id) if self.traces is not None else []
+
+    async def scan(
+        self, run_id: str, kinds: Collection[str], where: Where = None, limit: int = SCANNED_EVENTS
+    ) -> list[dict[str, Any]]:
+        """The events of ``kinds`` in one run's trace (``RunIndex.scan``: a stream, not the whole
+        trace held), whoever may see them (the caller checks)."""
+        if self.traces is None:
+            return []
+        return await anyio.to_thread.run_sync(partial(self.traces.scan, run_id, kinds, where, limit))
 
     async def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, RunView]:
         """A run ``principal`` may see, and what a view reads of its trace (``RunIndex.view``:

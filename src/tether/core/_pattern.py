@@ -7,7 +7,9 @@ froze the whole host. Patterns are matched here with the ``regex`` package inste
 what ``re`` reads (its ``VERSION0`` syntax), cuts most such backtracking short by itself, and
 takes a time limit. All the matching one check does (``check_budget``) may take
 ``PATTERN_SECONDS`` together; past that the check fails as ``UnusableSchema``, named, so a
-pattern that still costs too much refuses its value instead of freezing the host.
+pattern that still costs too much refuses its value instead of freezing the host. Only the time
+spent matching counts: the rest of a long check (or a busy machine between two matches) never
+uses up the budget of the patterns after it.
 """
 
 from __future__ import annotations
@@ -28,20 +30,21 @@ __all__ = ["PATTERN_SECONDS", "check_budget", "pattern_keywords", "pattern_searc
 
 PATTERN_SECONDS = 1.0  # what all the pattern matches of one check may take together
 
-_DEADLINE: ContextVar[float | None] = ContextVar("tether_pattern_deadline", default=None)
+# The seconds of matching the current check has left (one cell, spent by each match).
+_LEFT: ContextVar[list[float] | None] = ContextVar("tether_pattern_left", default=None)
 
 
 @contextlib.contextmanager
 def check_budget() -> Iterator[None]:
     """The matches inside share one ``PATTERN_SECONDS`` (an enclosing budget is kept)."""
-    if _DEADLINE.get() is not None:
+    if _LEFT.get() is not None:
         yield
         return
-    token = _DEADLINE.set(time.monotonic() + PATTERN_SECONDS)
+    token = _LEFT.set([PATTERN_SECONDS])
     try:
         yield
     finally:
-        _DEADLINE.reset(token)
+        _LEFT.reset(token)
 
 
 @functools.lru_cache(maxsize=512)
@@ -57,8 +60,9 @@ def pattern_search(pattern: str, text: str) -> bool:
     ``UnusableSchema`` for a pattern that is no regular expression, or when the matching of the
     current check (or of this call alone, outside one) takes past ``PATTERN_SECONDS``."""
     compiled = _compiled(pattern)
-    deadline = _DEADLINE.get()
-    left = PATTERN_SECONDS if deadline is None else deadline - time.monotonic()
+    cell = _LEFT.get()
+    left = PATTERN_SECONDS if cell is None else cell[0]
+    started = time.monotonic()
     try:
         return compiled.search(text, timeout=max(left, 0.0)) is not None
     except TimeoutError:
@@ -66,6 +70,9 @@ def pattern_search(pattern: str, text: str) -> bool:
             f"matching the pattern {pattern[:80]!r} took more than {PATTERN_SECONDS} s for this "
             "value (a pattern that backtracks without end): too much work, refused"
         ) from None
+    finally:
+        if cell is not None:
+            cell[0] -= time.monotonic() - started
 
 
 def pattern_keywords(base: Any) -> dict[str, Callable[..., Any]]:

@@ -92,13 +92,20 @@ class ToolSpec:
     effect: Effect
     source: str = "local"
     target: Target | None = None
-    egress_argument: str | None = None  # argument holding a destination (url, e-mail, host)
+    # the argument(s) holding a destination (url, e-mail, host): one name or several ("to", "cc")
+    egress_argument: str | tuple[str, ...] | None = None
     timeout_s: float = 30.0
     max_result_chars: int = 20_000
     idempotent: bool = False
     needs_approval: bool | None = None  # None: decided by effect and policy
     remote_name: str = ""  # the name at the source (MCP tool name before namespacing)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def egress_arguments(self) -> tuple[str, ...]:
+        """The arguments holding destinations: ``egress_argument`` as a tuple."""
+        e = self.egress_argument
+        return () if e is None else (e,) if isinstance(e, str) else tuple(e)
 
     @property
     def secret_arguments(self) -> frozenset[str]:

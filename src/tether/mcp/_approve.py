@@ -4,6 +4,7 @@ tool, or one whose name cannot be namespaced safely, is left unpinned unless acc
 
 from __future__ import annotations
 
+import copy
 import getpass
 import hashlib
 import json
@@ -11,10 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, TetherError, ToolError
 from tether.mcp._config import McpConfig
 from tether.mcp._hosting import build_source
 from tether.mcp._pinning import PinStore, ToolCheck, bad_tool_name
+from tether.mcp._shown import hide_secrets
 
 if TYPE_CHECKING:
     from tether.mcp._review import Finding
@@ -119,16 +121,19 @@ class ServerReview:
 
 async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
     """Connect to one server and review its tools against ``pins`` (default: the config's pin
-    file). Raises ``ConfigError``, ``DependencyUnavailable``."""
+    file). Raises ``ConfigError``, ``DependencyUnavailable`` (a failed start says the server's last
+    stderr lines, its credentials in them hidden: ``_secrets_hidden``)."""
     server = config.server(name)
     own = pins is None
     if pins is None:
         pins = PinStore(config.path(config.host.pins))
     try:
-        source, _ = build_source(server, config, pins=pins)
+        source, secrets = build_source(server, config, pins=pins)
         try:
             await source.start()
             checks = await source.refresh()
+        except TetherError as err:  # a failed start quotes the server's stderr: for a person
+            raise _secrets_hidden(err, secrets) from None
         finally:
             await source.close()
         from tether.mcp._review import Finding, ToolNames, main_script, scan_definition, scan_text, strings
@@ -165,6 +170,21 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
     finally:
         if own:
             pins.close()
+
+
+def _secrets_hidden(err: TetherError, secrets: set[str]) -> TetherError:
+    """``err`` as a reviewer (the console's admin, the audit log) is shown it: the server's own
+    credentials and the config's expanded ones hidden (``hide_secrets``), the same error class."""
+    text = hide_secrets(str(err), secrets)
+    hint = getattr(err, "hint", None)
+    shown_hint = hide_secrets(hint, secrets) if isinstance(hint, str) else hint
+    if text == str(err) and shown_hint == hint:
+        return err
+    shown = copy.copy(err)
+    shown.args = (text,)
+    if isinstance(shown, ToolError):
+        shown.message, shown.hint = text, shown_hint
+    return shown
 
 
 async def approve_server(

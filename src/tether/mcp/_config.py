@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tether.core._config_file import read_config_file
 from tether.core._names import MAX_TOOL_NAME, SEPARATOR, offered_name, repeated
 from tether.core._problems import validation_problems
+from tether.core.types import Target
 from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
@@ -77,6 +78,10 @@ class ServerConfig(_Strict):
     mode: Literal["auto", "legacy"] = "auto"
     tools: list[str] | None = None  # allowed tools (remote names); None: every approved tool
     effects: dict[str, Effect] = Field(default_factory=dict)
+    # tool -> the argument(s) holding where it sends (checked against the policy's egress list)
+    egress: dict[str, str | tuple[str, ...]] = Field(default_factory=dict)
+    # tool -> the argument naming the object it acts on and its kind in the policy's catalog
+    targets: dict[str, Target] = Field(default_factory=dict)
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
     roots: list[str] = Field(default_factory=list)
@@ -189,9 +194,12 @@ class ServerConfig(_Strict):
             raise ValueError(f"server {self.name}: max_call_s must be at least timeout_s")
         if overlap := set(self.env) & set(self.credentials):
             raise ValueError(f"server {self.name}: {sorted(overlap)} both in env and credentials")
-        for tool in self.effects:
-            if self.tools is not None and tool not in self.tools:
-                raise ValueError(f"server {self.name}: effect declared for {tool!r}, which is not in tools")
+        for what, tools in (("effect", self.effects), ("egress", self.egress), ("target", self.targets)):
+            for tool in tools:
+                if self.tools is not None and tool not in self.tools:
+                    raise ValueError(
+                        f"server {self.name}: {what} declared for {tool!r}, which is not in tools"
+                    )
         return self
 
     def argv(self) -> list[str]:

@@ -19,6 +19,7 @@ from tether.mcp._pinning import PinStore
 from tether.mcp._roots import RootsGate
 from tether.mcp._sampling import Consent, SamplingGate
 from tether.mcp._serverlog import ServerStderr
+from tether.mcp._shown import launch_secrets
 from tether.mcp._source import McpServerSource, ProgressSink
 from tether.trace._events import EventKind
 
@@ -64,6 +65,8 @@ class PinnedCapabilities:
 # The server's settings that its source takes as they are, under the same names.
 _AS_CONFIGURED = (
     "effects",
+    "egress",
+    "targets",
     "mode",
     "timeout_s",
     "max_result_chars",
@@ -133,7 +136,12 @@ def build_source(
     )
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
-    return source, creds.secrets
+    launch = [
+        *(server.argv() if server.transport == "stdio" else []),
+        str(server.url or ""),
+        *server.env.values(),
+    ]
+    return source, {*creds.secrets, *launch_secrets(*launch)}
 
 
 def _show_progress(server: str, tool: str, done: float, total: float | None, message: str | None) -> None:

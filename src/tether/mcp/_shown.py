@@ -11,7 +11,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tether.trace._sanitize import MIN_FRAGMENT, Redactor
 
-__all__ = ["HIDDEN", "bare_url", "bare_urls", "secret_values", "shown_launch"]
+__all__ = [
+    "HIDDEN",
+    "bare_url",
+    "bare_urls",
+    "hide_secrets",
+    "launch_secrets",
+    "secret_values",
+    "shown_launch",
+]
 
 HIDDEN = "[secret]"
 _NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
@@ -63,11 +71,33 @@ def shown_launch(
     else:
         text = bare_url(url or "")
     # Whole values (the config substitutes a variable's whole value), long enough to be secrets.
-    known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
-    known |= {v for v in secrets if len(v) >= MIN_FRAGMENT}
-    for value in sorted(known, key=len, reverse=True):
+    for value in sorted(_known(secrets), key=len, reverse=True):
         text = text.replace(value, HIDDEN)
     return text
+
+
+def _known(secrets: Iterable[str]) -> set[str]:
+    """The values ``shown_launch`` and ``hide_secrets`` hide: each of ``secrets`` and every
+    credential-named environment variable's (what a ``${VAR}`` in the config expands to), long
+    enough to be secrets."""
+    known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
+    return known | {v for v in secrets if len(v) >= MIN_FRAGMENT}
+
+
+def launch_secrets(*launch: str) -> set[str]:
+    """The secrets ``shown_launch`` hides that a server's launch (its command's parts, its URL,
+    its environment's values, as loaded) holds: what a ``${VAR}`` of a credential-named variable
+    expanded into. The host redacts them as it does the server's credentials (a server that
+    repeats its command line on stderr, which the trace keeps for the person, says them)."""
+    return {v for v in _known(()) if any(v in part for part in launch)}
+
+
+def hide_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """Text a server wrote that a person is shown (a failed start's last stderr lines: a client
+    library echoing the token it was refused with, an option parser the bad option) with what
+    ``shown_launch`` hides there hidden too, and every piece of it the tracer's ``Redactor``
+    finds (a line cut mid-secret)."""
+    return Redactor(_known(secrets)).text(text)
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:

@@ -84,6 +84,7 @@ class McpServerSource:
         url: str | None = None,
         effects: Mapping[str, Effect | str] | None = None,
         targets: Mapping[str, Target] | None = None,
+        egress: Mapping[str, str | Sequence[str]] | None = None,
         env: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         mode: str = "auto",
@@ -112,6 +113,7 @@ class McpServerSource:
         self.url = url
         self.effects = {k: Effect(v) for k, v in (effects or {}).items()}
         self.targets = dict(targets or {})
+        self.egress = {k: v if isinstance(v, str) else tuple(v) for k, v in (egress or {}).items()}
         self.env = dict(env or {})
         self.headers = dict(headers or {})
         self.mode = mode
@@ -491,6 +493,7 @@ class McpServerSource:
                     source=self.name,
                     effect=self.effects.get(remote, Effect.WRITE),
                     target=self.targets.get(remote),
+                    egress_argument=self.egress.get(remote),
                     timeout_s=self.timeout_s,
                     max_result_chars=self.max_result_chars,
                     remote_name=remote,

@@ -243,7 +243,7 @@ class OpenAIResponses(OpenAIBackend):
             # a whole answer's is read before it gets here, in ``HTTPBackend._attempt``).
             where = "in a failed response" if status == "failed" else "beside the answer"
             raise self.failures.reported(data.get("error") or {}, where)
-        output = _with_arguments(data.get("output"), streamed) or streamed  # an empty final output
+        output = _with_left_out(_with_arguments(data.get("output"), streamed), streamed) or streamed
         text: list[str] = []
         refusal: list[str] = []
         calls: list[ToolCall] = []
@@ -438,6 +438,22 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     return [
         {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
     ]
+
+
+def _with_left_out(output: Any, streamed: list[dict[str, Any]]) -> Any:
+    """A terminal output with the calls (and reasoning items) the stream gave where it lists
+    none of their kind: a proxy that rebuilds the final response from its message alone does
+    not make the call the model asked for vanish, its preamble text accepted as the final
+    answer (nor lose the reasoning sent back with it), as text it leaves out is the stream's.
+    An output that lists calls of its own is as it is (``_with_arguments`` checks them); an
+    empty one is the stream's whole (``_parse``)."""
+    if not output or not streamed or not isinstance(output, list):
+        return output
+    kinds = {item.get("type") for item in output if isinstance(item, dict)}
+    left = [
+        i for i in streamed if i.get("type") in ("function_call", "reasoning") and i.get("type") not in kinds
+    ]
+    return [*output, *left] if left else output
 
 
 def _text_of(items: list[Any]) -> str:

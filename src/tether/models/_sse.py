@@ -19,6 +19,7 @@ from tether.models._retrying import Retryable
 
 __all__ = [
     "BOM",
+    "ERROR_BODY_S",
     "Ending",
     "ErrorData",
     "blocks",
@@ -95,22 +96,34 @@ def gunzipped(headers: Any, raw: bytes, limit: int = 64 * 1024) -> bytes:
     return b"".join(out)[:limit] if out else raw
 
 
+ERROR_BODY_S = 2.0  # the longest an error answer's body is waited for: its status already decides
+
+
 async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024) -> Exception:
     """The error an answer with an error (or redirect) status says, for either transport: its
     body read at most ``limit`` bytes, declared or received, decoded as an answer is
     (``decoded``: ``x-gzip`` and every gzip member, in bounded pieces), then closed; a body cut,
-    too large or not gzip after all stands as an empty one."""
+    too large or not gzip after all stands as an empty one. The body only adds detail to what
+    the status and headers decide, so it is waited for at most ``ERROR_BODY_S`` seconds and half
+    the time left to the call (``anyio.current_effective_deadline``): a server that sends a 401
+    and then stalls its body gets the 401's error, named and final, with what of the body came
+    (not a timeout of the whole attempt, retried as if the server might answer next time, and
+    a 429's ``retry-after`` lost with it)."""
+    import anyio
     import httpx2
 
     raw = b""
     try:
         if not declared_over(response.headers, limit):
-            parts, total = [], 0
-            async for block in decoded(response):
-                total += len(block)
-                if total > limit:
-                    raise too_large(limit)
-                parts.append(block)
+            parts: list[bytes] = []
+            left = anyio.current_effective_deadline() - anyio.current_time()
+            with anyio.move_on_after(max(0.0, min(ERROR_BODY_S, left / 2))):
+                total = 0
+                async for block in decoded(response):
+                    total += len(block)
+                    if total > limit:
+                        raise too_large(limit)
+                    parts.append(block)
             raw = b"".join(parts)
     except (httpx2.RequestError, ModelError, Retryable):
         raw = b""

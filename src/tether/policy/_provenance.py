@@ -205,11 +205,10 @@ class ProvenanceIndex(Steering):
         return any(not w.echo for w in self._writes_into(seg))
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
-        """A tool origin's replacement when the value came back from the run's own write: the
-        value's origins when it was written, if the write held it; if the value stands in the
-        segment only where the run's writes are (``_regions``: beside other text, or glued from
-        pieces the tool stored one after another), only the classes every part shares (no part
-        lends another its trust; none shared: composed)."""
+        """A tool origin's replacement when the value came back from the run's own write: the value's origins
+        when it was written, if the write held it; if the value stands in the segment only where the run's
+        writes are (``_regions``: beside other text, or glued from pieces the tool stored one after another),
+        only the classes every part shares (no part lends another its trust; none shared: composed)."""
         writes = self._writes_into(seg)
         for w in writes:
             if w.answer:  # a model's answer: the value as the run had it when it gave the task
@@ -577,11 +576,12 @@ class ProvenanceIndex(Steering):
 
     def named_values(self, *, trust: Iterable[str] = (), fields: Iterable[str] = ()) -> list[Segment]:
         """Whole fields of records the user named, of the given trust classes or field names;
-        never a field whose value the run wrote itself."""
+        never a field whose value the run wrote itself, nor one of a record it acted on first."""
         classes, names = set(trust), set(fields)
         return [
             seg
             for segs in self.named_records()
+            if not self.changed(segs)
             for seg in segs
             if seg.whole and (seg.label.trust in classes or seg.field_name in names) and not self.written(seg)
         ]

@@ -167,15 +167,18 @@ _UNKNOWN = "?"  # a currency the run itself wrote into the record: no one's stat
 def named_bounds(
     index: ProvenanceIndex, fields: Iterable[str], currency: str | None, home: str | None = None
 ) -> list[tuple[float, str]]:
-    """The amounts that records the user named state in ``fields`` (never one the run wrote), each
-    with the record it comes from, that bound a payment in ``currency``: a figure only where it
-    is a plain finite numeral (``_PLAIN``), and only from a record that states that currency or
-    none (in a field whose name holds "currency", as ``currency_code`` reads it) — a record that
-    states none only a payment in the tool's ``home`` currency, where it has one; where the
-    payment's currency is unknown (None), whatever currency the record states."""
+    """The amounts that records the user named state in ``fields`` (never one the run wrote, nor
+    one of a record it acted on before it read it: ``Steering.changed``), each with its record,
+    that bound a payment in ``currency``: a figure only where it is a plain finite numeral
+    (``_PLAIN``), and only from a record that states that currency or none (in a field whose
+    name holds "currency", as ``currency_code`` reads it) — a record that states none only a
+    payment in the tool's ``home`` currency, where it has one; where the payment's currency is
+    unknown (None), whatever currency the record states."""
     names = set(fields)
     out: list[tuple[float, str]] = []
     for segs in index.named_records():
+        if index.changed(segs):
+            continue  # the run acted on it before reading it: its sums may be what it made them
         stated = {
             _UNKNOWN if index.written(seg) else currency_code(seg.raw)
             for seg in segs

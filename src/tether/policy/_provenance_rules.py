@@ -163,6 +163,11 @@ class ProvenanceRules:
         rules = self.tools.get(tool)
         return rules is None or rules.effect != "read"
 
+    def _targets(self, tool: str) -> list[str]:
+        """The arguments of ``tool`` that name the record it acts on (``role: target``)."""
+        rules = self._rules_of(tool)
+        return [a for a, rule in rules.arguments.items() if rule.role == "target"] if rules else []
+
     def _index(self, state: Any) -> ProvenanceIndex:
         # Rebuilt when the run or its observations change; the run is held weakly so a new
         # run that happens to reuse an old one's id() can never see a stale index.
@@ -171,7 +176,7 @@ class ProvenanceRules:
         )
         if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
             return self._cache[2]
-        index = index_for(state, self.config, self.directory, self.own, self._writes)
+        index = index_for(state, self.config, self.directory, self.own, self._writes, self._targets)
         try:
             ref: Callable[[], Any] = weakref.ref(state)
         except TypeError:  # not weak-referenceable (None, a plain dict): do not cache

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import quopri
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -170,6 +171,7 @@ def index_for(
     directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
     own: Iterable[str] = (),
     writes: Callable[[str], bool] | None = None,
+    targets: Callable[[str], Iterable[str]] | None = None,
 ) -> ProvenanceIndex:
     """The provenance index of a run state: the user's request (the objective, or the request
     a parent run handed a child run), the observations so far (each with
@@ -177,7 +179,8 @@ def index_for(
     ran, with the number of observations made before it). ``writes(tool)`` says which tools
     write — store what they are given; by default every tool does. A read-only tool keeps
     nothing, so what it returns is its own data even where it repeats an argument (a lookup
-    by name returns the record under its name)."""
+    by name returns the record under its name). ``targets(tool)``: the arguments that name the
+    record a tool acts on (``Written.target``)."""
     segments: list[Segment] = []
     positions: list[int] = []
     mine = list(own)
@@ -192,6 +195,31 @@ def index_for(
         by_call.setdefault(obs.call_id, []).extend(found)
         segments.extend(found)
         positions.extend([i] * len(found))
+    written, reads = _writes(state, observations, first_seen, writes, targets)
+    # The user's own words: a child run (a subagent, a workflow node) carries its parent's
+    # request, since its objective was written by a model or built from data it read.
+    request = getattr(state, "request", None)
+    return ProvenanceIndex(
+        request if isinstance(request, str) else getattr(state, "objective", "") or "",
+        segments=segments,
+        directory=directory,
+        positions=positions,
+        writes=written,
+        reads=reads,
+        assigned=config.assigned,
+    )
+
+
+def _writes(
+    state: Any,
+    observations: list[Any],
+    first_seen: Mapping[str, int],
+    writes: Callable[[str], bool] | None,
+    targets: Callable[[str], Iterable[str]] | None,
+) -> tuple[list[Written], dict[str, tuple[int, list[str]]]]:
+    """What the calls of ``state`` that reached their tools wrote (``index_for``), each at the
+    number of observations made before it, and the calls whose results were observed (with
+    their argument leaves)."""
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
     answers = {obs.call_id for obs in observations if _answer(obs)}
@@ -213,6 +241,7 @@ def index_for(
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
+        aimed = _aimed(record.arguments, targets(record.tool) if targets is not None else ())
         if seen is not None:
             reads[record.call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
@@ -225,19 +254,16 @@ def index_for(
         for leaf in (form for value in leaves for form in (value, *_decoded(value))):
             text = normalise(leaf)
             if text:
-                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf)), echo))
-    # The user's own words: a child run (a subagent, a workflow node) carries its parent's
-    # request, since its objective was written by a model or built from data it read.
-    request = getattr(state, "request", None)
-    return ProvenanceIndex(
-        request if isinstance(request, str) else getattr(state, "objective", "") or "",
-        segments=segments,
-        directory=directory,
-        positions=positions,
-        writes=written,
-        reads=reads,
-        assigned=config.assigned,
-    )
+                links = frozenset(link.key for link in find_links(leaf))
+                written.append(Written(text, at, links, echo, target=not echo and text in aimed))
+    return written, reads
+
+
+def _aimed(arguments: Any, names: Iterable[str]) -> set[str]:
+    """The values, normalised, of the arguments ``names`` (those naming the record acted on)."""
+    if not isinstance(arguments, Mapping):
+        return set()
+    return {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
 
 
 ANSWER = "subagent_run"
@@ -276,23 +302,53 @@ def _leaves(arguments: Any) -> list[str]:
 
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
+_BASE64_LINE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # a line of a block, its spaces left out
+_QUOTED_PRINTABLE = re.compile(r"=(?:[0-9A-F]{2}|\r?\n)")
+_BLANK = re.compile(r"[ \t]+")
 
 
 def _decoded(value: str) -> list[str]:
     """What a store that decodes ``value`` keeps of it, beside the value as written: its base64
-    (standard or URL-safe, padded or not) read as UTF-8 text. A file uploaded as base64 and
-    read back as text is the text the run wrote, not the store's."""
-    out: list[str] = []
-    s = value.strip()
-    if _BASE64.fullmatch(s) and len(s.rstrip("=")) % 4 != 1:
-        raw = s.rstrip("=").replace("-", "+").replace("_", "/")
+    (standard or URL-safe, padded or not; whole, or a block of lines of it, as MIME wraps it and
+    as a part stands under its headers, the spaces and line breaks a decoder skips left out) and
+    its quoted-printable read as UTF-8 text. A file uploaded as base64, or a message imported
+    with its parts transfer-encoded, and read back as text is the text the run wrote, not the
+    store's."""
+    out = [text for block in _base64_blocks(value) if (text := _base64_text(block))]
+    if _QUOTED_PRINTABLE.search(value):
         try:
-            text = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
+            text = quopri.decodestring(value.encode("utf-8")).decode("utf-8")
+        except (ValueError, UnicodeError):
             text = ""
-        if text.strip() and "".join(text.split()).isprintable():  # text, not bytes that decode by chance
+        if text.strip() and text != value:
             out.append(text)
     return out
+
+
+def _base64_blocks(value: str) -> list[str]:
+    """The runs of consecutive lines of ``value`` that are base64 once their spaces are left out,
+    each joined into one string (a single line: the value itself)."""
+    blocks: list[list[str]] = [[]]
+    for line in value.splitlines():
+        bare = _BLANK.sub("", line)
+        if bare and _BASE64_LINE.fullmatch(bare) and not (blocks[-1] and "=" in blocks[-1][-1]):
+            blocks[-1].append(bare)
+        elif blocks[-1]:
+            blocks.append([])
+    return ["".join(b) for b in blocks if b]
+
+
+def _base64_text(s: str) -> str:
+    """``s`` decoded from base64 as UTF-8 text, or "" where it is no such text (bytes that decode
+    by chance, or not base64)."""
+    if not _BASE64.fullmatch(s) or len(s.rstrip("=")) % 4 == 1:
+        return ""
+    raw = s.rstrip("=").replace("-", "+").replace("_", "/")
+    try:
+        text = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    return text if text.strip() and "".join(text.split()).isprintable() else ""
 
 
 def history(state: Any, kind: str) -> list[Any]:

@@ -44,6 +44,7 @@ class Steering:
     _describing: frozenset[str] | None
     _words: dict[int, frozenset[str]]
     _by_word: dict[str, set[tuple[str, str, str]]] | None
+    writes: list[Written]
 
     if TYPE_CHECKING:
 
@@ -51,6 +52,16 @@ class Steering:
 
         @property
         def request_dates(self) -> list[DateMention]: ...
+
+    def changed(self, segs: Sequence[Segment]) -> bool:
+        """Whether the run acted on the record ``segs`` are of (a write whose target named its id,
+        ``Written.target``) before it read them: what the record states then may be what its store
+        made of the run's change (a total recomputed from the hours the run set), no one's word."""
+        label = segs[0].label if segs else None
+        if label is None or label.record_id is None:
+            return False
+        at, record = max(self._pos.get(id(seg), 0) for seg in segs), normalise(label.record_id)
+        return any(w.target and w.text == record and w.position <= at for w in self.writes)
 
     def unfolded_text(self, seg: Segment) -> str:
         """``seg``'s text unfolded (NFKC, case, invisible characters), computed once."""

@@ -121,6 +121,9 @@ class Written:
     # The task of a call whose result is a model's answer to it (a subagent's): every value the
     # answer holds is as the run had it when it gave the task, however the model reshaped it.
     answer: bool = False
+    # The value names the record the write acted on (an argument declared ``role: target``): what
+    # that record states when read after it may be what its store made of the run's change.
+    target: bool = False
 
 
 def echoed(w: Written, seg: Segment) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from tether.core._names import name_set
 from tether.core.types import Decision, ProposedCall
@@ -131,25 +131,40 @@ class Egress:
         object.__setattr__(self, "allowed", frozenset(d.lower() for d in allowed))
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        arg = call.spec.egress_argument
-        if arg is None:
+        names = call.spec.egress_arguments
+        if not names:
             if call.spec.effect is Effect.SEND:
                 return Decision("deny", self.name, "egress_undeclared", {"tool": call.spec.name})
             return None
-        raw = call.arguments.get(arg)
-        # An empty list names no destination: where such a send goes is the tool's default, unchecked.
-        values = (raw or [None]) if isinstance(raw, list) else [raw]
-        for v in values:
-            if not isinstance(v, str) or not v.strip():
-                return Decision("deny", self.name, "egress_missing", {"argument": arg})
-            try:
-                dest = destination_of(v)
-            except ValueError:
-                # Not one unambiguous host: the tool's client might reach another one than we see.
-                return Decision("deny", self.name, "egress_ambiguous", {"argument": arg})
-            if dest not in self.allowed:
-                return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
+        found = 0
+        for arg in names:
+            raw = received(call, arg)
+            # Absent, null or an empty list names no destination here; a send where no declared
+            # argument names one goes where the tool's default goes, unchecked: ``egress_missing``.
+            for v in raw if isinstance(raw, list) else [] if raw is None else [raw]:
+                if not isinstance(v, str) or not v.strip():
+                    return Decision("deny", self.name, "egress_missing", {"argument": arg})
+                try:
+                    dest = destination_of(v)
+                except ValueError:
+                    # Not one unambiguous host: the tool's client might reach another one than we see.
+                    return Decision("deny", self.name, "egress_ambiguous", {"argument": arg})
+                if dest not in self.allowed:
+                    return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
+                found += 1
+        if not found:
+            return Decision("deny", self.name, "egress_missing", {"argument": names[0]})
         return None
+
+
+def received(call: ProposedCall, argument: str) -> Any:
+    """What the tool gets for ``argument``: the call's value, or the schema's default when the
+    call leaves it out (a default destination is a destination too)."""
+    if argument in call.arguments:
+        return call.arguments[argument]
+    props = call.spec.parameters.get("properties")
+    prop = props.get(argument) if isinstance(props, dict) else None
+    return prop.get("default") if isinstance(prop, dict) else None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from tether.core.stop import StopReason
 from tether.core.types import Observation
 from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trusted, normalise
 from tether.policy._provenance_labels import Segment as _Segment
-from tether.policy._provenance_run import least_read
+from tether.policy._provenance_run import REACHED, least_read
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState
@@ -114,7 +114,7 @@ async def run_plan(
     await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
-    await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
+    earlier = await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
     offered = host.offered()
     await run.start(offered)
     if run.taken:
@@ -123,6 +123,8 @@ async def run_plan(
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
     scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)
     progress = _Run(state)
+    if earlier is not None:  # and what it wrote of the values it extracted may be read back now
+        progress.wrote.update(_written_earlier(earlier, state))
     allowed = 0
     for i, planned in enumerate(plan.calls):
         try:
@@ -157,6 +159,27 @@ async def run_plan(
     return await run.finish(reason, answer=answer, steps=len(state.calls))
 
 
+def _written_earlier(earlier: RunState, state: RunState) -> dict[int, str]:
+    """The least trusted class of the values the earlier attempts of a continued plan extracted
+    for calls that reached their tools (under key -1: before any step of this attempt, whose
+    sources may give them back however this attempt's own calls go), and their extractions kept
+    in ``state``'s inherited history, so that an attempt after this one counts them too."""
+    reached = {c.call_id for c in [*earlier.inherited_calls, *earlier.calls] if c.status in REACHED}
+    extracted = [
+        obs
+        for obs in [*earlier.inherited_observations, *earlier.observations]
+        if obs.tool == EXTRACTOR and obs.source == "extractor" and obs.call_id.startswith("extract_")
+    ]
+    ours = {id(obs) for obs in extracted}
+    state.inherited_observations += [obs for obs in earlier.observations if id(obs) in ours]
+    trusts = {
+        least_read([obs]) or least_trusted(())
+        for obs in extracted
+        if f"plan_{obs.call_id.split('_')[1]}" in reached
+    }
+    return {-1: least_trusted(trusts)} if trusts else {}
+
+
 class _ExtractionFailed(Exception):
     pass
 
@@ -178,11 +201,12 @@ async def _resolve(
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
     # Recorded with the least trusted class among every segment of its sources (a page's text as
-    # well as a listing's fields), and of the values extracted earlier that a call before a source
-    # wrote (a store gives back what the run put in it, however the extractor reshapes it):
-    # extraction never launders untrusted data, not even through the run's own writes.
+    # well as a listing's fields), and of the values extracted earlier that a call wrote at or
+    # before a source (a store gives back what the run put in it, however the extractor reshapes
+    # it, and the write's own answer may be the record as saved): extraction never launders
+    # untrusted data, not even through the run's own writes.
     last = max((s for s in steps if s in run.results), default=-1)
-    written = {t for j, t in run.wrote.items() if j < last}
+    written = {t for j, t in run.wrote.items() if j <= last}
     trust = least_trusted({least_read(sources) or least_trusted(()), *written})
     run.extracted.setdefault(step, set()).add(trust)
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)

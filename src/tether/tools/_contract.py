@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import UnionType
 from typing import (
     Any,
@@ -64,7 +64,7 @@ class ToolOptions(TypedDict, total=False):
     description: str | None
     effect: Effect
     target: Target | None
-    egress_argument: str | None
+    egress_argument: str | Sequence[str] | None
     timeout_s: float
     max_result_chars: int
     idempotent: bool
@@ -189,6 +189,9 @@ class Tool(Generic[P, T]):
             raise TypeError("secret_arguments is a list of argument names, not one string")
         secret = tuple(secret_arguments)
         self._options: ToolOptions = {**options, "secret_arguments": secret}
+        egress = options.get("egress_argument")
+        if egress is not None and not isinstance(egress, str):
+            options = {**options, "egress_argument": tuple(egress)}
         # A plain function runs in a worker thread unless declared non-blocking (then inline).
         self._is_async = inspect.iscoroutinefunction(function)
         self.inline = not self._is_async and not options.get("blocking", True)
@@ -210,6 +213,9 @@ class Tool(Generic[P, T]):
         self.spec = ToolSpec(**contract)
         if not self.spec.description:
             raise TypeError(f"tool {tool_name}: a description (docstring) is required")
+        if unknown := set(self.spec.egress_arguments) - set(self.spec.parameters.get("properties", {})):
+            named = ", ".join(sorted(unknown))
+            raise TypeError(f"tool {tool_name}: egress_argument names no argument: {named}")
         self._bound: Any = None
         functools.update_wrapper(self, function)
 
