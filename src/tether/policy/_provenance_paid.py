@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
 
 __all__ = [
+    "TOOLS_OWN",
     "amount_defaults",
+    "as_received",
+    "filled",
     "home_currency",
     "named_bounds",
     "paid_before",
@@ -46,8 +49,50 @@ def amount_defaults(
 
 
 def with_defaults(arguments: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` as the tool receives them: the ``defaults`` of those left out."""
-    return {**defaults, **arguments}
+    """``arguments`` as the tool receives them: the ``defaults`` of those left out, or sent as
+    ``null``, which a tool may read as "not told" (``options ?? defaults``) and so apply the
+    default (a share that makes a public link unless told not to, a top-up of its default 50)."""
+    return {**defaults, **{k: v for k, v in arguments.items() if v is not None or k not in defaults}}
+
+
+def as_received(
+    rules: ToolRules,
+    arguments: Mapping[str, Any],
+    parameters: Mapping[str, Any] | None,
+    defaults: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``arguments`` as the tool receives them (``with_defaults``), each amount and option that
+    is an object or a list filled in below with the defaults its schema gives (``filled``): a
+    share told ``settings: {}`` makes the public link its settings' schema makes by default."""
+    out = with_defaults(arguments, defaults)
+    properties = (parameters or {}).get("properties") or {}
+    for rule in rules.arguments.values():
+        if rule.role in ("amount", "option") and isinstance(out.get(rule.argument), Mapping | list):
+            out[rule.argument] = filled(out[rule.argument], properties.get(rule.argument))
+    return out
+
+
+_DEPTH = 32
+
+
+def filled(value: Any, schema: Any, depth: int = 0) -> Any:
+    """``value`` as a tool that applies its schema's defaults receives it: each property an object
+    leaves out (or sends as ``null``) that the schema gives a default takes it, in objects and
+    lists nested at any depth (a zod or JSON Schema validator fills them in so)."""
+    if depth > _DEPTH or not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, list):
+        return [filled(item, schema.get("items"), depth + 1) for item in value]
+    properties = schema.get("properties")
+    if not isinstance(value, Mapping) or not isinstance(properties, Mapping):
+        return value
+    out = dict(value)
+    for key, sub in properties.items():
+        if out.get(key) is None and isinstance(sub, Mapping) and sub.get("default") is not None:
+            out[key] = sub["default"]
+        if key in out:
+            out[key] = filled(out[key], sub, depth + 1)
+    return out
 
 
 def paid_before(
@@ -79,16 +124,24 @@ def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: Arg
     return sum(paid(arguments.get(r.argument)) for r in others)
 
 
+TOOLS_OWN = "the tool's own"
+"""The currency of an amount whose tool takes a currency but was given none it reads: left out
+where its schema states no default, ``null``, or no code (a number, a list). The tool pays in a
+currency of its own choosing, which no code the request states is: only a figure stated with no
+currency bounds it (``bounding``)."""
+
+
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
     """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
-    argument it names as the tool receives it (``home_currency`` where the call leaves it out);
-    None where nothing says (``bounding`` then reads every currency the request names)."""
+    argument it names as the tool receives it (``home_currency`` where the call leaves it out;
+    ``TOOLS_OWN`` where that gives none, or the tool receives ``null`` or no text); None where
+    the tool takes no currency (``bounding`` then reads every currency the request names)."""
     if rule.currency is None or rules is None or rule.currency not in rules.arguments:
         return home_currency(rules, call, rule)
-    value = call.arguments.get(rule.currency)
-    if value is None:
-        return home_currency(rules, call, rule)
-    return currency_code(value) if isinstance(value, str) and value.strip() else None
+    if rule.currency not in call.arguments:
+        return home_currency(rules, call, rule) or TOOLS_OWN
+    value = call.arguments[rule.currency]
+    return currency_code(value) if isinstance(value, str) and value.strip() else TOOLS_OWN
 
 
 def home_currency(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:

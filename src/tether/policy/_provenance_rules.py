@@ -48,12 +48,12 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_paid import (
     amount_defaults,
+    as_received,
     home_currency,
     named_bounds,
     paid_before,
     paid_beside,
     paid_in,
-    with_defaults,
 )
 from tether.policy._provenance_run import (
     ERROR,
@@ -200,8 +200,8 @@ class ProvenanceRules:
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
         self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
-        options = amount_defaults(rules, spec.parameters, ("option",))  # judged as the tool receives them
-        received = with_defaults(call.arguments, {**options, **self._defaults[spec.name]})
+        defaults = {**amount_defaults(rules, spec.parameters, ("option",)), **self._defaults[spec.name]}
+        received = as_received(rules, call.arguments, spec.parameters, defaults)  # judged as received
         given, call = call.arguments, dataclasses.replace(call, arguments=received)
         index = self._index(call.state)
         out = _Verdict()
