@@ -87,10 +87,10 @@ _RANK = {"allow": 0, "approve": 1, "deny": 2}
 
 def classes_of(index: ProvenanceIndex, origins: Sequence[Origin]) -> set[str]:
     """Trust classes of a value's origins, plus ``named:<class>`` for origins in a record the
-    user named (a whole field or text inside it)."""
+    user named (a whole field or text inside it) that no one else had the run change: ``named_as_read``."""
     out = {o.trust for o in origins}
     for o in origins:
-        if o.kind == "tool" and o.label is not None and index.record_named_by_user(o.label):
+        if o.kind == "tool" and o.label is not None and index.named_as_read(o.label):
             out.add(f"named:{o.trust}")
     return out
 

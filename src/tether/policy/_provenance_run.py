@@ -255,7 +255,9 @@ def _writes(
             text = normalise(leaf)
             if text:
                 links = frozenset(link.key for link in find_links(leaf))
-                written.append(Written(text, at, links, echo, target=not echo and text in aimed))
+                target = not echo and text in aimed
+                given = tuple(v for v in leaves if normalise(v) not in aimed) if target else ()
+                written.append(Written(text, at, links, echo, target=target, given=given))
     return written, reads
 
 

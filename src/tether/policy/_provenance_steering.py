@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING
 
 from tether.policy._provenance_dates import DateMention, parse_date
 from tether.policy._provenance_labels import (
+    DIRECTORY,
     EXTRACTOR,
     MIN_CONTAINED,
+    USER,
     Directory,
+    Origin,
     Segment,
     SourceLabel,
     normalise,
@@ -53,6 +56,12 @@ class Steering:
         @property
         def request_dates(self) -> list[DateMention]: ...
 
+        def _prefix(self, position: int) -> Steering: ...
+
+        def trace(self, value: str, kind: str | None = None, *, cased: bool = False) -> list[Origin]: ...
+
+        def record_named_by_user(self, label: SourceLabel) -> bool: ...
+
     def changed(self, segs: Sequence[Segment]) -> bool:
         """Whether the run acted on the record ``segs`` are of (a write whose target named its id,
         ``Written.target``) before it read them: what the record states then may be what its store
@@ -62,6 +71,40 @@ class Steering:
             return False
         at, record = max(self._pos.get(id(seg), 0) for seg in segs), normalise(label.record_id)
         return any(w.target and w.text == record and w.position <= at for w in self.writes)
+
+    def named_as_read(self, label: SourceLabel) -> bool:
+        """Whether the record a value came from is one the user named (``record_named_by_user``)
+        and, as read, still states what the user's record does: not after the run changed it with
+        a value others gave (``changed_by_others``), which its store may have turned into a
+        destination of their choosing (a vendor id, and the payee the app fills in from it)."""
+        if not self.record_named_by_user(label) or label.record_id is None:
+            return False
+        return not self.changed_by_others(self._records.get((label.call_id, label.tool, label.record_id), []))
+
+    def changed_by_others(self, segs: Sequence[Segment]) -> bool:
+        """Whether the run acted on the record ``segs`` are of before it read them (``changed``)
+        with a value that is not the user's: one the request does not give (nor the directory,
+        nor as a day it names), given after the run had read text someone chose. A record the
+        user had the run change, with the user's values, is still the user's record."""
+        label = segs[0].label if segs else None
+        if label is None or label.record_id is None:
+            return False
+        at, record = max(self._pos.get(id(seg), 0) for seg in segs), normalise(label.record_id)
+        for w in self.writes:
+            if not w.target or w.text != record or w.position > at:
+                continue
+            before = self._prefix(w.position)
+            if before.steering(self._assigned) is not None and not all(map(before.users, w.given)):
+                return True
+        return False
+
+    def users(self, value: str) -> bool:
+        """Whether ``value`` is the user's: the request (or the directory) gives it, or it is a
+        day the request names."""
+        if any(o.trust in (USER, DIRECTORY) for o in self.trace(value)):
+            return True
+        day = parse_date(value)
+        return day is not None and any(m.matches(day) for m in self.request_dates)
 
     def unfolded_text(self, seg: Segment) -> str:
         """``seg``'s text unfolded (NFKC, case, invisible characters), computed once."""

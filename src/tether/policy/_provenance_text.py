@@ -124,6 +124,8 @@ class Written:
     # The value names the record the write acted on (an argument declared ``role: target``): what
     # that record states when read after it may be what its store made of the run's change.
     target: bool = False
+    # For a target: the other values its call gave (as given), what the record was changed to.
+    given: tuple[str, ...] = ()
 
 
 def echoed(w: Written, seg: Segment) -> bool:
