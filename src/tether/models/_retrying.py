@@ -26,8 +26,7 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -77,15 +76,26 @@ class Unsettled:
         self.usage = Usage()
         self.cost_usd = 0.0
 
-    @contextmanager
-    def collecting(self) -> Iterator[Unsettled]:
+    def collecting(self) -> _Collecting:
         """Collect what the calls made inside (in this task and the tasks it starts) leave
-        unsettled."""
-        held = _UNSETTLED.set(self)
-        try:
-            yield self
-        finally:
-            _UNSETTLED.reset(held)
+        unsettled (a context manager)."""
+        return _Collecting(self)
+
+
+class _Collecting:
+    """``Unsettled.collecting``: a plain context manager, not a generator one (one a model call)."""
+
+    __slots__ = ("_bill", "_held")
+
+    def __init__(self, bill: Unsettled) -> None:
+        self._bill = bill
+
+    def __enter__(self) -> Unsettled:
+        self._held = _UNSETTLED.set(self._bill)
+        return self._bill
+
+    def __exit__(self, *exc: object) -> None:
+        _UNSETTLED.reset(self._held)
 
 
 _UNSETTLED: ContextVar[Unsettled | None] = ContextVar("tether_model_unsettled", default=None)
@@ -238,6 +248,8 @@ class RetryingBackend(ABC):
     def _with_spent(self, response: ModelResponse, spent: list[Usage]) -> ModelResponse:
         """The answer with what the failed attempts before it were billed added to its usage and
         cost (``meta["failed_attempts_billed"]``: how much); as it is when they reported none."""
+        if not spent:  # the usual case: the first attempt answered
+            return response
         failed = sum(spent, Usage())
         if not failed.total_tokens:
             return response

@@ -16,7 +16,8 @@ from typing import Any
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from tether.errors import ModelError
 from tether.models._base import ModelRequest, ModelResponse
-from tether.models._estimate import estimate_request
+from tether.models._estimate import item_json
+from tether.models._memo import ConversationMemo
 
 _ids = itertools.count(1)
 
@@ -35,8 +36,15 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
-    prompt = estimate_request(request, estimate_tokens)  # as the context engine estimates it
+def _estimate_item(item: object) -> int:
+    return estimate_tokens(item_json(item).decode())
+
+
+def _usage(request: ModelRequest, message: AssistantMessage, messages: ConversationMemo[int]) -> Usage:
+    # As the context engine estimates it (``estimate_request``): each tool definition and message
+    # as its JSON; a message's estimate kept with its conversation's last request, so a step
+    # estimates only its new messages, not the whole history again.
+    prompt = sum(map(_estimate_item, request.tools)) + sum(messages.pieces(request.messages, _estimate_item))
     out = message.content or ""
     out += "".join(c.name + c.arguments for c in message.tool_calls)
     return Usage(prompt_tokens=prompt, completion_tokens=estimate_tokens(out) if out else 0)
@@ -61,10 +69,14 @@ class _StandIn:
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests: list[ModelRequest] = []
+        # Bounded as a backend's memo is: an estimate of about four bytes a token of JSON held.
+        self._estimates: ConversationMemo[int] = ConversationMemo(lambda tokens: 4 * tokens)
 
     def _respond(self, request: ModelRequest, turn: Turn) -> ModelResponse:
         message = _as_message(turn)
-        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+        return ModelResponse(
+            message=message, usage=_usage(request, message, self._estimates), model=self.name
+        )
 
 
 class ScriptedModel(_StandIn):

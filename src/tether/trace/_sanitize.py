@@ -273,6 +273,9 @@ def _keyed(value: Any, redactor: Redactor) -> tuple[Any, bool]:
 
 JSON_OPENERS = ("{", "[")  # text that may be a JSON object or array (a call's traced arguments)
 _NOT_ALNUM = re.compile(r"[^0-9a-z]+")
+# Any credential word as a substring: one search, not a Python step per word (about a sixth of
+# the instructions for a call's arguments, under callgrind).
+_ANY_SECRET_WORD = re.compile("|".join(map(re.escape, sorted(_SECRET_WORDS))))
 
 
 def _names_a_secret(text: str) -> bool:
@@ -281,7 +284,7 @@ def _names_a_secret(text: str) -> bool:
     character dropped the text holds that word. Most calls' arguments hold none and are not parsed
     (a trace line of a call's arguments costs no JSON parse: bench/governance.py)."""
     squashed = _NOT_ALNUM.sub("", text.lower())
-    return any(word in squashed for word in _SECRET_WORDS)
+    return _ANY_SECRET_WORD.search(squashed) is not None
 
 
 def redact_keyed_text(text: str, redactor: Redactor) -> str:
