@@ -106,7 +106,12 @@ def test_no_stream_on_the_command_line_holds_for_the_fallback_models(tmp_path: P
             SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as backup,
         ):
             filed = {"provider": provider, "name": "b-1", "base_url": backup.url, "streaming": True}
-            model = {"provider": "openai-responses", "name": "gone", "base_url": primary.url, "fallback": [filed]}
+            model = {
+                "provider": "openai-responses",
+                "name": "gone",
+                "base_url": primary.url,
+                "fallback": [filed],
+            }
             code, text = run_cli(tmp_path, model, "--json", *([extra] if extra else []))
             asked = [bool(body.get("stream")) for body in backup.bodies()]
         out = summary(text)
