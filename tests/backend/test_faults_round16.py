@@ -117,3 +117,70 @@ def test_no_stream_on_the_command_line_holds_for_the_fallback_models(tmp_path: P
         out = summary(text)
         assert (code, out["answer"]) == (0, ANSWER)
         assert asked == [streamed, streamed], (extra, asked)
+
+
+# -- a stream cut before its server reported usage ---------------------------------------------------
+
+PRICED = {"m-1": {"input": 1_000_000.0, "output": 1_000_000.0}}  # $1 a token: the cost is the count
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses"])
+def test_a_stream_cut_before_its_usage_is_counted_by_estimate(tmp_path: Path, provider: str) -> None:
+    """The first attempt streams the answer's text, then the stream ends before its finish (no
+    usage chunk, no terminal event): retried, the next attempt answers. The run counts the cut
+    attempt's tokens, estimated (the request read, the text written), priced, and the turn's
+    ``model_response`` says so (before: the cut attempt cost the run nothing — a server that cuts
+    every stream just before its usage was never counted by any budget). A stream that ends
+    normally is counted as its server said, nothing estimated."""
+    model: dict[str, Any] = {"provider": provider, "name": "m-1", "streaming": True, "prices": PRICED}
+    model.update(max_retries=1, timeout_s=5)
+    with SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+        code, text = run_cli(tmp_path, {**model, "base_url": server.url}, "--json")
+    clean = summary(text)
+    assert (code, clean["answer"], clean["tokens"], clean["cost_usd"]) == (0, ANSWER, 220, 220), clean
+    cut = Reply.text(ANSWER, cut="before_finish")
+    with SERVERS[provider](scripted([Reply.calls(ORDER), cut, Reply.text(ANSWER)])) as server:
+        code, text = run_cli(tmp_path, {**model, "base_url": server.url}, "--json")
+    out = summary(text)
+    responses = [e for e in trace(out) if e["kind"] == "model_response"]
+    said = responses[1]["failed_attempts_billed"]
+    assert said["estimated"] is True and said["completion_tokens"] >= len(ANSWER) // 4, said
+    assert said["prompt_tokens"] > 0 and said["cost_usd"] == said["prompt_tokens"] + said["completion_tokens"]
+    assert (code, out["answer"]) == (0, ANSWER)
+    assert (out["tokens"], out["cost_usd"]) == (220 + said["cost_usd"], 220 + said["cost_usd"]), out
+    assert "failed_attempts_billed" not in responses[0]
+
+
+def test_a_fallback_chain_counts_the_primary_s_cut_stream_and_every_model_failing_too(tmp_path: Path) -> None:
+    """Chat primary (no retries) cuts its stream before usage; the Anthropic fallback answers:
+    the primary's estimate is in ``fallback_billed`` and the run's tokens. Both cutting: the run
+    ends ``model_error`` naming both, their estimates counted (before: 0 tokens)."""
+    fallback = {"provider": "anthropic", "name": "m-1", "streaming": True, "max_retries": 0}
+    model: dict[str, Any] = {"name": "m-1", "streaming": True, "prices": PRICED, "max_retries": 0}
+    cut = Reply.text(ANSWER, cut="before_finish")
+    with (
+        FakeChatServer(scripted([cut])) as primary,
+        FakeAnthropicServer(scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as backup,
+    ):
+        model.update(base_url=primary.url, fallback=[{**fallback, "base_url": backup.url}])
+        code, text = run_cli(tmp_path, model, "--json")
+    out = summary(text)
+    first = next(e for e in trace(out) if e["kind"] == "model_response")
+    left = first["fallback_billed"]
+    assert (
+        (code, out["answer"]) == (0, ANSWER) and left["prompt_tokens"] > 0 and left["completion_tokens"] > 0
+    )
+    assert out["tokens"] == 220 + left["prompt_tokens"] + left["completion_tokens"], out
+    with (
+        FakeChatServer(scripted([cut])) as primary,
+        FakeAnthropicServer(scripted([Reply.text(ANSWER, cut="mid_chunk")])) as backup,
+    ):
+        model.update(base_url=primary.url, fallback=[{**fallback, "base_url": backup.url}])
+        code, text = run_cli(tmp_path, model, "--json")
+    out = summary(text)
+    assert (code, out["stop_reason"]) == (7, "model_error") and out["tokens"] > 0, out
+    assert "m-1" in out["message"] and "every model failed" in out["message"]
+
+
+def trace(out: dict[str, Any]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(out["trace"]).read_text().splitlines()]
