@@ -184,3 +184,50 @@ def test_a_fallback_chain_counts_the_primary_s_cut_stream_and_every_model_failin
 
 def trace(out: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(out["trace"]).read_text().splitlines()]
+
+
+# -- held as they were --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_truncated_final_is_an_answer_the_chain_does_not_fall_back_from(
+    tmp_path: Path, provider: str
+) -> None:
+    """The primary's final answer is cut at the token limit: an answer, not a failure — the run
+    ends ``truncated`` (exit 7, the partial answer flagged), the fallback never asked, never
+    ``accepted`` through a silent switch."""
+    raw = {"openai-chat": "length", "openai-responses": "max_output_tokens", "anthropic": "max_tokens"}
+    with (
+        SERVERS[provider](scripted([Reply.text("742 is op", finish_reason=raw[provider])])) as primary,
+        FakeChatServer(scripted([Reply.text(ANSWER)])) as backup,
+    ):
+        model = {"provider": provider, "name": "m-1", "base_url": primary.url}
+        code, text = run_cli(
+            tmp_path, {**model, "fallback": [{"name": "b-1", "base_url": backup.url}]}, "--json"
+        )
+        assert backup.received == []
+    out = summary(text)
+    assert (code, out["stop_reason"]) == (7, "truncated") and "model_fallbacks" not in out
+
+
+def test_each_model_of_a_chain_is_priced_by_its_own_price_and_the_fallback_trips_the_budget(
+    tmp_path: Path,
+) -> None:
+    """The primary (priced $1 a token) is overloaded; the fallback is priced $10 a token: its first
+    turn (110 tokens, $1100) crosses ``max_cost_usd`` 500 and the run stops ``budget``; under a
+    budget it stays within, its answer is accepted and costs $10 a token."""
+    prices = {"cheap": {"input": 1e6, "output": 1e6}, "dear": {"input": 1e7, "output": 1e7}}
+    for cap, stop in ((500.0, "budget"), (10_000.0, "accepted")):
+        with (
+            FakeAnthropicServer(scripted([FakeAnthropicServer.error(529, "Overloaded")])) as primary,
+            FakeResponsesServer(scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as backup,
+        ):
+            model = {
+                "provider": "anthropic", "name": "cheap", "base_url": primary.url, "max_retries": 0,
+                "prices": prices, "limits": {"max_cost_usd": cap, "final_turn_on_budget": False},
+                "fallback": [{"provider": "openai-responses", "name": "dear", "base_url": backup.url}],
+            }  # fmt: skip
+            code, text = run_cli(tmp_path, model, "--json")
+        out = summary(text)
+        assert (out["stop_reason"], code == 0) == (stop, stop == "accepted"), out
+        assert out["cost_usd"] == 10 * out["tokens"] and (out["cost_usd"] > cap) == (stop == "budget"), out
