@@ -12,6 +12,19 @@ refused key, so a misconfigured key stayed hidden behind the backup; ``clisuppor
 ``--no-stream`` ("whole responses, even if the agent file asks for a stream") holds for every
 model of ``model.fallback`` (before: for the primary only, so a run that fell back streamed
 after all, from a server the operator had just said cannot; ``agents._file.with_overrides``).
+
+A stream cut after it streamed answer but before its server reported usage (chat: no usage
+chunk; Responses: no terminal event) is counted by estimate — the request read, the pieces
+written, about four characters a token — across retries (``failed_attempts_billed``, flagged
+``estimated``), across a fallback chain (``fallback_billed``) and into the ``model_error`` when
+every model fails (before: such an attempt cost the run nothing, so a server or proxy that cut
+each stream before its usage passed every token and cost budget; ``models._retrying.streamed``,
+called by each protocol's stream reader). An attempt whose server reported usage keeps its counts.
+
+Held as they were: a truncated final answer from the primary is an answer — the run ends
+``truncated`` (exit 7), the fallback never asked; each model of a mixed chain is priced by its
+own price and a fallback's turn that crosses ``max_cost_usd`` stops the run ``budget``; a
+primary's ``retry-after`` past the deadline fails it at once, naming why, and the fallback answers.
 """
 
 from __future__ import annotations
@@ -231,3 +244,24 @@ def test_each_model_of_a_chain_is_priced_by_its_own_price_and_the_fallback_trips
         out = summary(text)
         assert (out["stop_reason"], code == 0) == (stop, stop == "accepted"), out
         assert out["cost_usd"] == 10 * out["tokens"] and (out["cost_usd"] > cap) == (stop == "budget"), out
+
+
+def test_a_retry_after_past_the_deadline_moves_to_the_fallback_at_once(tmp_path: Path) -> None:
+    """The primary answers 429 with ``retry-after: 30`` under a 20 s deadline: waiting would only
+    end the run at its deadline, so the primary fails at once naming why, and the fallback answers
+    (the primary asked once); the summary says the run moved."""
+    busy = Reply.error(429, "slow down", headers={"retry-after": "30"})
+    with (
+        FakeChatServer(scripted([busy])) as primary,
+        FakeAnthropicServer(scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as backup,
+    ):
+        model = {
+            "name": "m-1", "base_url": primary.url, "limits": {"deadline_s": 20},
+            "fallback": [{"provider": "anthropic", "name": "b-1", "base_url": backup.url}],
+        }  # fmt: skip
+        code, text = run_cli(tmp_path, model, "--json")
+        assert len(primary.received) == 1 and len(backup.received) == 2
+    out = summary(text)
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    [moved] = out["model_fallbacks"]
+    assert "Retry-After of 30s would pass the deadline" in moved["error"] and "fix" not in moved

@@ -19,6 +19,8 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   (``billed``), and ``send`` adds the failed attempts' to the answer's usage and cost
   (``meta["failed_attempts_billed"]`` says how much), or hands them on with the ``ModelError``
   (``usage``, ``cost_usd``) when no attempt succeeds, so budgets count every token paid for.
+  An attempt cut before its server reported any usage, after it streamed answer (readers count
+  each piece, ``streamed``), is counted by estimate (flagged ``estimated``).
   A call cancelled from outside (the run's deadline, a cancelled task) raises neither: what its
   attempts were billed goes to the caller's ``Unsettled`` (``Unsettled.collecting``), if any.
 """
