@@ -86,12 +86,18 @@ def load_agent_file(path: str | Path) -> AgentFile:
 
 
 def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:
-    """The same file with model settings replaced (command-line options; ``None`` keeps the file's)."""
+    """The same file with model settings replaced (command-line options; ``None`` keeps the file's).
+    They name the primary model; ``streaming: false`` (``--no-stream``: whole responses, whatever
+    the file asks) holds for each model of ``model.fallback`` too, so a run that falls back does not
+    stream after all."""
     spec = agent_file.spec
     changes = {k: v for k, v in model.items() if v is not None and k != "limits"}
     limits = {k: v for k, v in (model.get("limits") or {}).items() if v is not None}
     data = spec.model_dump(mode="json")
     data["model"].update(changes)
+    if changes.get("streaming") is False:
+        for backend in data["model"]["fallback"]:
+            backend["streaming"] = False
     if str(data["model"]["name"]).startswith(SCRIPTED):
         data["model"].pop("base_url", None)
     data["model"]["limits"] = {**data["model"]["limits"], **limits}

@@ -239,6 +239,27 @@ def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
     return list(dict.fromkeys(hints))
 
 
+def model_fallbacks(model: Any) -> list[dict[str, str]]:
+    """Each switch a fallback chain took in the run (model, error, to), whatever the run ended
+    with: a run a fallback model answered still says the model it left, and why. An error that
+    refused the credential (401/403) gets a ``fix`` naming the key variable: a wrong key is said,
+    not hidden behind the backup that answered."""
+    import os
+
+    named = {getattr(b, "name", None): b for b in getattr(model, "models", ())}
+    found: list[dict[str, str]] = []
+    for switch in getattr(model, "switches", ()):
+        entry = {k: str(switch.get(k, "")) for k in ("model", "error", "to")}
+        var = getattr(named.get(switch.get("model")), "api_key_env", None)
+        if var and _AUTH.search(entry["error"]):
+            state = "is not set" if not os.environ.get(var) else "holds a key the server refused"
+            entry["fix"] = (
+                f"${var} {state}: set the right key (agent file: model.api_key_env names the variable)"
+            )
+        found.append(entry)
+    return found
+
+
 # What a refused credential looks like in a failure's detail (HTTP 401/403 or the error's words).
 _AUTH = re.compile(
     r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key", re.I
@@ -311,6 +332,10 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
             print(safe(f"hint for {p['tool']}: {p['hint']}"))
     for hint in payload.get("hints", ()):
         print(safe(f"hint: {hint}"))
+    for f in payload.get("model_fallbacks", ()):
+        print(safe(f"warning: model {f['model']} failed, the run moved to {f['to']}: {f['error'][:300]}"))
+        if f.get("fix"):
+            print(safe(f"  fix: {f['fix']}"))
     for tool_name, text in show_results or ():
         print(f"--- result of {tool_name} ---")
         print(safe(text))

@@ -56,7 +56,7 @@ from tether.core.messages import (
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, halved
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, billed
+from tether.models._retrying import Retryable, billed, streamed
 from tether.models._sse import Ending, events, until_cut
 
 __all__ = ["AnthropicMessages"]
@@ -368,6 +368,7 @@ class _Blocks:
             raise Retryable("stream_unreadable", f"a delta for block {index}, never started")
         delta = event.get("delta") or {}
         dtype = delta.get("type")
+        streamed(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
         if dtype == "text_delta":
             block["text"] = block.get("text", "") + delta.get("text", "")
             if on_delta is not None:

@@ -54,7 +54,7 @@ from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
 from tether.models._json import loads
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, RetryPolicy, billed
+from tether.models._retrying import Retryable, RetryPolicy, billed, streamed
 from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
@@ -325,18 +325,12 @@ class OpenAICompatible(OpenAIBackend):
                     if said := _refusal(piece):  # a list of parts: its refusal parts, if any
                         refused.append(said)
                     piece = _text(piece)
-                if piece:
-                    text.append(piece)
-                    if on_delta is not None:
-                        on_delta("text", piece)
+                _piece(text, piece, "text", on_delta)
                 piece = delta.get("refusal")
                 if piece:
                     refused.append(piece)
                 piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
-                if piece:
-                    thought.append(piece)
-                    if on_delta is not None:
-                        on_delta("reasoning", piece)
+                _piece(thought, piece, "reasoning", on_delta)
                 legacy = "function_call" in delta and not delta.get("tool_calls")
                 for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
                     _add_call_delta(calls, tc, on_delta)
@@ -381,6 +375,15 @@ def _index(value: object) -> int | None:
         return None
 
 
+def _piece(into: list[str], piece: str | None, kind: str, on_delta: Any) -> None:
+    """A streamed piece of text or reasoning: kept, counted (``_retrying.streamed``), shown."""
+    if piece:
+        into.append(piece)
+        streamed(piece)
+        if on_delta is not None:
+            on_delta(kind, piece)
+
+
 def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None:
     """One streamed tool-call delta into the call it continues: by ``index``; a server that
     omits it gets the call by id, or the last one when the delta has no id. Under one index, a
@@ -410,6 +413,7 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
         slot["arguments"].append(arguments_text(fn["arguments"]))
+        streamed(slot["arguments"][-1])
 
 
 def _whole_json(call: dict[str, Any]) -> bool:

@@ -49,7 +49,7 @@ from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, paired
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, billed
+from tether.models._retrying import Retryable, billed, streamed
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -358,6 +358,7 @@ class _Said:
     def piece(self, into: dict[object, list[str]], event: Mapping[str, Any], delta: object) -> None:
         if isinstance(delta, str) and delta:
             into.setdefault(self.key(event), []).append(delta)
+            streamed(delta)
 
     def item(self, into: dict[object, dict[str, Any]], event: Mapping[str, Any]) -> dict[str, Any]:
         item = event.get("item") or {}

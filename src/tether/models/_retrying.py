@@ -19,6 +19,8 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   (``billed``), and ``send`` adds the failed attempts' to the answer's usage and cost
   (``meta["failed_attempts_billed"]`` says how much), or hands them on with the ``ModelError``
   (``usage``, ``cost_usd``) when no attempt succeeds, so budgets count every token paid for.
+  An attempt cut before its server reported any usage, after it streamed answer (readers count
+  each piece, ``streamed``), is counted by estimate (flagged ``estimated``).
   A call cancelled from outside (the run's deadline, a cancelled task) raises neither: what its
   attempts were billed goes to the caller's ``Unsettled`` (``Unsettled.collecting``), if any.
 """
@@ -43,16 +45,31 @@ if TYPE_CHECKING:
     from tether.models._base import ModelResponse
     from tether.models._pricing import Price
 
-__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "Unsettled", "billed", "unsettled"]
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "Unsettled", "billed", "streamed", "unsettled"]
 
 
 class _Tally:
-    """The usage the provider reported for the attempt under way (a running total)."""
+    """The usage the provider reported for the attempt under way (a running total), and how many
+    characters of answer it streamed (``streamed``)."""
 
-    __slots__ = ("usage",)
+    __slots__ = ("body", "said", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, body: bytes = b"") -> None:
         self.usage: Usage | None = None
+        self.said = 0
+        self.body = body
+
+    def billed(self) -> Usage | None:
+        """What the attempt was billed: the usage its server reported; when it reported none but
+        streamed answer (a stream cut before its usage chunk: the server read the request and
+        wrote that much, and bills it), both counts estimated as a whole answer without usage is
+        (``tether.models._estimate``: about four characters a token); else None."""
+        if self.usage is not None or not self.said:
+            return self.usage
+        from tether.models._estimate import chars_estimator
+
+        prompt = chars_estimator(self.body.decode("utf-8", "replace"))
+        return Usage(prompt, max(1, (self.said + 3) // 4), extra={"estimated": True})
 
 
 _ATTEMPT: ContextVar[_Tally | None] = ContextVar("tether_model_attempt", default=None)
@@ -60,7 +77,8 @@ _ATTEMPT: ContextVar[_Tally | None] = ContextVar("tether_model_attempt", default
 
 def _so_far(spent: list[Usage], tally: _Tally | None) -> Usage:
     """What the failed attempts (``spent``) and the one under way (``tally``) were billed."""
-    return sum((*spent, *([tally.usage] if tally is not None and tally.usage else [])), Usage())
+    now = tally.billed() if tally is not None else None
+    return sum((*spent, *([now] if now else [])), Usage())
 
 
 class Unsettled:
@@ -107,6 +125,15 @@ def unsettled(usage: Usage, cost_usd: float) -> None:
     sink = _UNSETTLED.get()
     if sink is not None and (usage.total_tokens or cost_usd):
         sink.usage, sink.cost_usd = sink.usage + usage, sink.cost_usd + cost_usd
+
+
+def streamed(piece: object) -> None:
+    """A reader read ``piece`` of the answer (text, reasoning, a call's name or arguments) from
+    the stream of the attempt under way: counted, so an attempt cut before its server reported
+    usage is still counted (``_Tally.billed``). Outside ``RetryingBackend.send``, nothing."""
+    tally = _ATTEMPT.get()
+    if tally is not None and isinstance(piece, str):
+        tally.said += len(piece)
 
 
 def billed(usage: Usage) -> None:
@@ -188,7 +215,7 @@ class RetryingBackend(ABC):
                 if self.rate_limit is not None:
                     await self.rate_limit.acquire()
                 self.calls += 1
-                tally = _Tally()
+                tally = _Tally(body)
                 held = _ATTEMPT.set(tally)
                 try:
                     # ``anyio.fail_after`` as one cancel scope, without its two generator
@@ -218,8 +245,8 @@ class RetryingBackend(ABC):
                     wait = "Retry-After" if err.retry_after is not None else "backoff"
                     why = f"{wait} of {delay:g}s would pass the deadline, {max(left, 0):.3g}s away"
                     raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
-                if tally.usage is not None:
-                    spent.append(tally.usage)
+                if (now := tally.billed()) is not None:
+                    spent.append(now)
                 tally = None
                 taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
                 await self._sleep(delay)
@@ -266,5 +293,7 @@ class RetryingBackend(ABC):
             "completion_tokens": failed.completion_tokens,
             "cost_usd": cost,
         }
+        if any(u.extra.get("estimated") for u in spent):
+            said["estimated"] = True  # an attempt cut before its server reported usage
         meta = {**response.meta, "failed_attempts_billed": said}
         return replace(response, usage=usage, cost_usd=response.cost_usd + cost, meta=meta)

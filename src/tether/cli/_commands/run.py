@@ -23,6 +23,7 @@ from tether.clisupport.output import (
     block_fix,
     emit_json,
     fail,
+    model_fallbacks,
     model_hints,
     print_run,
     run_payload,
@@ -173,6 +174,8 @@ def report(
     hints = model_hints(str(result.stop_reason), str(result.detail or ""), backend)
     if hints:
         payload["hints"] = hints
+    if switched := model_fallbacks(backend):
+        payload["model_fallbacks"] = switched
     payload.update(mcp_facts(result, host, tools))
     for entry in payload.get("blocked", ()):
         if fix := block_fix(entry, where):
