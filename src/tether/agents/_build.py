@@ -234,6 +234,8 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
         found = import_ref(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
         options = cast(ToolOptions, {k: v for k in _TOOL_OPTIONS if (v := getattr(ref, k)) is not None})
+        if ref.target is not None:
+            options["target"] = ref.target.target()
         for item in items:
             try:
                 if isinstance(item, Tool):

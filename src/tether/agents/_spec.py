@@ -252,6 +252,16 @@ class ModelSpec(BackendSpec):
         return [self, *self.fallback]
 
 
+class TargetSpec(_Strict):
+    """The argument naming the object a tool acts on, and its kind in ``policy.catalog``."""
+
+    argument: str = Field(min_length=1, description="the tool's argument holding the object's id")
+    kind: str = Field(min_length=1, description="the object's kind, a key of policy.catalog (e.g. order)")
+
+    def target(self) -> Target:
+        return Target(self.argument, self.kind)
+
+
 class ToolRef(_Strict):
     """A local tool by import path: a ``@tool``, a plain function, or a list/tuple of them."""
 
@@ -268,7 +278,7 @@ class ToolRef(_Strict):
         description="the argument(s) holding a destination (one name or a list, e.g. [to, cc]), each "
         "checked against policy.egress",
     )
-    target: Target | None = Field(
+    target: TargetSpec | None = Field(
         default=None,
         description="{argument, kind}: the argument naming the object the tool acts on, whose owner "
         "policy.catalog gives (a call on another tenant's or an unknown object is denied)",
