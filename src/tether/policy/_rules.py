@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from tether.core._names import name_set
+from tether.core._names import SEPARATOR, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
 from tether.policy._trusted import Catalog, TrustedContext
@@ -60,10 +60,10 @@ class Allowlist:
         object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
 
     def permits(self, tool_name: str, *, harness: bool = False, remote_name: str = "") -> bool:
-        """``deny`` matches the offered name or the source's own name for the tool (a deployer who
-        writes ``delete_order`` for ``erp__delete_order`` gets the denial); ``allow`` only the
+        """``deny`` matches any name a deployer may write for the tool (``rule_names``: a deployer
+        who writes ``delete_order`` for ``erp__delete_order`` gets the denial); ``allow`` only the
         offered name, so no other source's tool of that name is allowed by it."""
-        if tool_name in self.deny or remote_name in self.deny:
+        if not self.deny.isdisjoint(rule_names(tool_name, remote_name)):
             return False
         return self.allow is None or harness or tool_name in self.allow
 
@@ -72,6 +72,22 @@ class Allowlist:
         if not self.permits(spec.name, harness=spec.source == HARNESS_SOURCE, remote_name=spec.remote_name):
             return Decision("deny", self.name, "tool_not_allowed", {"tool": call.spec.name})
         return None
+
+
+def rule_names(name: str, remote_name: str = "") -> tuple[str, ...]:
+    """The names ``deny`` and ``roles`` may give a tool: the offered name, the source's own name
+    for it and ``server__tool`` where the offered name had to be made to fit (``files__read.file``
+    offered as ``files__read_file_<sha>``): the server is the prefix whose ``offered_name`` for the
+    source's name is the offered name, so no other server's ``server__tool`` matches."""
+    names = [name]
+    if remote_name:
+        names.append(remote_name)
+        at = name.find(SEPARATOR)
+        while at > 0:
+            if offered_name(name[:at], remote_name) == name:
+                names.append(f"{name[:at]}{SEPARATOR}{remote_name}")
+            at = name.find(SEPARATOR, at + 1)
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -84,7 +100,7 @@ class RoleRequirement:
     name: str = "roles"
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        for key in dict.fromkeys((call.spec.name, call.spec.remote_name)):
+        for key in rule_names(call.spec.name, call.spec.remote_name):
             needed = self.required.get(key)
             if needed is not None and not (needed & context.roles):
                 return Decision(
