@@ -145,6 +145,7 @@ class ProvenanceIndex(Naming, Steering):
                 self._records.setdefault(key, []).append(seg)
         self._named: dict[tuple[str, str, str], bool] = {}
         self._claims: dict[str, set[str]] | None = None  # names the request gives, by naming field
+        self._quoted: frozenset[str] | None = None  # spans the request quotes
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
         self._user_sites: set[str] = set()

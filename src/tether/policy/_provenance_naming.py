@@ -9,7 +9,9 @@ phrase of the request: an invitation titled "the budget notes", or "Budget revie
 when the request is "email the budget notes to the participants of the Budget review
 meeting". A request names one record of a kind by one name; when the records the run read
 take two different names of one such field (``field_name``) from the request, the request
-no longer tells which of them it meant, and none of those names vouches (*contested*). The
+no longer tells which of them it meant, and none of those names vouches (*contested*) but a
+name the request quotes whole ("pay the invoice 'Q3 services'"): the user wrote it as a name,
+so a record it names is theirs to name, however many others the request names. The
 same name on several records (a recurring meeting, one record read twice) is one name; a
 name the run wrote itself is the run's, no claim of its own; a name a source vouches for (a
 sender's address, an account) is the source's, not anyone's choice of words.
@@ -17,9 +19,10 @@ sender's address, an account) is the source's, not anyone's choice of words.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from tether.policy._provenance_labels import MIN_CONTAINED, TRUST_ORDER, Segment, SourceLabel
+from tether.policy._provenance_labels import MIN_CONTAINED, TRUST_ORDER, Segment, SourceLabel, normalise
 from tether.policy._provenance_text import ALPHA_WORD, STOP, as_written, contains_whole, name_forms
 from tether.policy._provenance_values import compose
 
@@ -27,6 +30,9 @@ __all__ = ["VOUCHING", "Naming"]
 
 VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 """Classes a source vouches for (a vendor's listing), before anyone's words in ``TRUST_ORDER``."""
+
+# A span the request quotes: quote marks at the edges of words (not the apostrophe of "Ann's").
+_QUOTED = re.compile(r"(?:^|(?<=[\s(\[:,]))[\"'“‘«`]([^\"'“”‘’«»`]{1,80})[\"'”’»`](?=$|[\s.,;:!?)\]])")
 
 
 class Naming:
@@ -41,6 +47,7 @@ class Naming:
     _named: dict[tuple[str, str, str], bool]
     _cased: dict[str, set[str]] | None
     _claims: dict[str, set[str]] | None
+    _quoted: frozenset[str] | None
 
     if TYPE_CHECKING:
 
@@ -65,7 +72,7 @@ class Naming:
     def _contested(self, seg: Segment) -> bool:
         """Whether the request names, through ``seg``'s field, records of two different names
         (``seg`` being a field anyone may write: see the module docstring)."""
-        if seg.naming != "whole" or seg.label.trust in VOUCHING:
+        if seg.naming != "whole" or seg.label.trust in VOUCHING or self._quoted_whole(seg):
             return False
         if self._claims is None:
             self._claims = {}
@@ -74,6 +81,15 @@ class Naming:
                 if other.label.record_id is not None and self._names(other) and not self.written(other):
                     self._claims.setdefault(other.field_name, set()).add(other.text)
         return len(self._claims.get(seg.field_name, ())) > 1
+
+    def _quoted_whole(self, seg: Segment) -> bool:
+        """Whether the request quotes one of ``seg``'s name forms whole."""
+        if self._quoted is None:
+            spans = (
+                normalise(m.group(1)).strip(" .,;:!?") for m in _QUOTED.finditer(compose(self.objective))
+            )
+            self._quoted = frozenset(spans)
+        return not self._quoted.isdisjoint(name_forms(seg.text))
 
     def _names(self, seg: Segment) -> bool:
         if seg.naming == "whole" and self._case_twins(seg):
