@@ -23,7 +23,8 @@ file's name, an event's title, a payment's counterparty): the field's whole valu
 the request. Text the user wrote themselves (``self_naming`` fields of records whose author is
 one of the user's own identities, e.g. the subject of their own payment) may name a record by
 one of its words. Nothing else names a record: not a status, not a body, not a word of a
-field someone else wrote.
+field someone else wrote. When records take two different names of one field anyone may
+write (titles, file names) from the request, none of those names vouches (``_provenance_naming``).
 
 The labelling half lives in ``_provenance_labels``; this module holds the tracing half:
 ``ProvenanceIndex`` and taint through the run's own writes.
@@ -50,28 +51,25 @@ from tether.policy._provenance_labels import (
     DIRECTORY,
     MIN_CONTAINED,
     MODEL,
-    TRUST_ORDER,
     USER,
     USER_WORD,
     Directory,
     Origin,
     Segment,
-    SourceLabel,
     normalise,
     shape_kind,
 )
+from tether.policy._provenance_naming import VOUCHING, Naming
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
     ALPHA_WORD,
     PLACEHOLDER,
-    STOP,
     WORD,
     Written,
     as_written,
     contains_whole,
     echoed,
     made_of,
-    name_forms,
     occurrences,
     pieced,
     reprints,
@@ -79,7 +77,7 @@ from tether.policy._provenance_text import (
     request_names,
     shared_origins,
 )
-from tether.policy._provenance_values import Link, compose, find_handles, find_links, link_key
+from tether.policy._provenance_values import Link, find_handles, find_links, link_key
 
 __all__ = ["ProvenanceIndex"]
 
@@ -87,7 +85,7 @@ __all__ = ["ProvenanceIndex"]
 # -- tracing -------------------------------------------------------------------------------
 
 
-class ProvenanceIndex(Steering):
+class ProvenanceIndex(Naming, Steering):
     """What the host knows at one moment of a run: the user's request, trusted host values,
     labelled observations and the values the run itself wrote. ``trace`` answers where a
     value came from.
@@ -146,6 +144,8 @@ class ProvenanceIndex(Steering):
                 key = (seg.label.call_id, seg.label.tool, seg.label.record_id)
                 self._records.setdefault(key, []).append(seg)
         self._named: dict[tuple[str, str, str], bool] = {}
+        self._claims: dict[str, set[str]] | None = None  # names the request gives, by naming field
+        self._quoted: frozenset[str] | None = None  # spans the request quotes
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
         self._user_sites: set[str] = set()
@@ -430,52 +430,7 @@ class ProvenanceIndex(Steering):
         the user's template may be filled from."""
         if not any(w.echo == seg.label.call_id for w in self._writes_into(seg)):
             return False
-        return all(o.kind == "tool" and o.trust not in _VOUCHING for o in self.trace(seg.raw))
-
-    # -- records the user named ---------------------------------------------------------
-
-    def record_named_by_user(self, label: SourceLabel) -> bool:
-        """Whether the record a value came from is one the user named, through one of the
-        naming fields its source declares (see the module docstring). A name the run wrote
-        names its record only when it is the user's own words, whole."""
-        if label.record_id is None:
-            return False
-        key = (label.call_id, label.tool, label.record_id)
-        if key not in self._named:
-            self._named[key] = any(self._names(seg) for seg in self._records.get(key, []))
-        return self._named[key]
-
-    def _names(self, seg: Segment) -> bool:
-        if seg.naming == "whole" and self._case_twins(seg):
-            return as_written(self.objective, seg.raw)  # only the twin written as the user wrote it
-        if seg.naming == "whole":
-            for form in name_forms(seg.text):
-                if len(form) < 3:
-                    continue
-                if len(form) < MIN_CONTAINED:
-                    if form.isalpha() and form in self._user_names:
-                        return True
-                elif contains_whole(self.user_text, form):
-                    return True
-        elif seg.naming == "word" and not self.written(seg):
-            words = {w for w in ALPHA_WORD.findall(seg.text) if len(w) >= 4 and w not in STOP}
-            return bool(words & self._user_words)
-        return False
-
-    def _case_twins(self, seg: Segment) -> bool:
-        """Whether another record the run read is named as ``seg`` names its own but for case
-        (``Draft.txt`` and ``draft.txt``): a tool tells them apart, so a name the request writes
-        names only the twin written as it writes it."""
-        if self._cased is None:
-            self._cased = {}
-            for other in self.segments:
-                if other.naming == "whole":
-                    self._cased.setdefault(other.text, set()).add(compose(other.raw))
-        return len(self._cased.get(seg.text, ())) > 1
-
-    def named_records(self) -> list[list[Segment]]:
-        """The segments of every record the user named."""
-        return [segs for segs in self._records.values() if segs and self.record_named_by_user(segs[0].label)]
+        return all(o.kind == "tool" and o.trust not in VOUCHING for o in self.trace(seg.raw))
 
     # -- typed values -------------------------------------------------------------------
 
@@ -591,8 +546,6 @@ class ProvenanceIndex(Steering):
         return [d for seg in self.named_values(trust=trust) if (d := parse_date(seg.raw)) is not None]
 
 
-# Classes a source vouches for (a vendor's listing), before anyone's words in ``TRUST_ORDER``.
-_VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
 
