@@ -11,14 +11,6 @@ What did not hold, each fixed here and pinned below:
   write beside it is refused typed (``MemoryPolicyError("unreadable")``, naming the record and
   what this release could not read), and it can still be deleted (erasure never depends on
   reading it).
-- a client command of this release (``tether approvals list|approve --db``, ``runs escalations``,
-  ``runs workers``, ``resume``, ``mcp approve --db``, ``serve --db``) on a deployment an earlier
-  release set up and nobody upgraded yet migrated it silently: ``ALTER TABLE`` on the live
-  deployment from a command documented to create nothing, behind the old workers' backs (its
-  lock queued behind theirs), where the guide names ``tether db init`` and a worker's start as
-  the migrators. Client commands now only check: a store that lacks this release's migrations
-  ends the command ``not_migrated`` (exit 1), naming the migration and saying to run ``tether db
-  init``; nothing is altered, and on SQLite no missing store file is made;
 - a workflow request naming an op this release does not run (a later release's, beside this
   one on one DBOS version or after a rollback) was run as a start: anything but ``resume`` fell
   through to a fresh agent loop on the request's objective, under the run's id. It now stops
@@ -149,102 +141,6 @@ def test_memory_a_later_release_wrote_is_rejected_named_and_never_fails_the_stor
             store.close()
 
     anyio.run(play)
-
-
-# -- client commands on a deployment an earlier release set up ------------------------------------
-
-
-def _cli(capsys: Any, *words: str) -> tuple[int, dict[str, Any]]:
-    from tether.cli import main
-
-    capsys.readouterr()
-    code = main([*words, "--json"])
-    out, _ = capsys.readouterr()
-    return code, json.loads(out.strip().splitlines()[-1])
-
-
-CLIENTS = (
-    ("approvals", "list"),
-    ("approvals", "approve", "p-none"),
-    ("runs", "escalations"),
-    ("resume", "r-none"),
-)
-
-
-def _as_before_the_ledger_tenant(url: str, tmp_path: Path) -> Any:
-    """The deployment as a release before ``approvals.003_ledger_tenant`` left it; returns a
-    reader of what the approvals tables hold (its columns and recorded migrations)."""
-    if url.startswith("sqlite"):
-        file = tmp_path / "deployment" / "approvals.db"
-
-        def sql(statement: str) -> list[Any]:
-            with sqlite3.connect(file) as db:
-                return [r[0] for r in db.execute(statement)]
-
-        columns = "SELECT name FROM pragma_table_info('effect_ledger')"
-    else:
-        import psycopg
-
-        from tether.sql._postgres import PgUrl
-
-        pg = PgUrl.parse(url)
-
-        def sql(statement: str) -> list[Any]:
-            with psycopg.connect(pg.conninfo, autocommit=True, options=f"-c search_path={pg.schema}") as db:
-                cur = db.execute(statement)
-                return [r[0] for r in cur] if cur.description else []
-
-        columns = (
-            "SELECT column_name FROM information_schema.columns"
-            f" WHERE table_schema = '{pg.schema}' AND table_name = 'effect_ledger'"
-        )
-    sql("ALTER TABLE effect_ledger DROP COLUMN tenant")
-    sql("DELETE FROM _migrations WHERE name = 'approvals.003_ledger_tenant'")
-    return lambda: (sorted(sql(columns)), sorted(sql("SELECT name FROM _migrations")))
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_client_commands_never_migrate_a_deployment_they_say_to_run_db_init(
-    backend: str, tmp_path: Path, capsys: Any, request: pytest.FixtureRequest
-) -> None:
-    url = f"sqlite:///{tmp_path / 'deployment'}" if backend == "sqlite" else request.getfixturevalue("pg_url")
-    code, out = _cli(capsys, "db", "init", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
-    for words in CLIENTS:  # the legitimate flow: an upgraded deployment serves every client
-        code, out = _cli(capsys, *words, "--db", url)
-        assert out.get("error") != "not_migrated", (words, out)
-    schema = _as_before_the_ledger_tenant(url, tmp_path)
-    before = schema()
-    assert "tenant" not in before[0] and "approvals.003_ledger_tenant" not in before[1]
-    for words in CLIENTS:
-        code, out = _cli(capsys, *words, "--db", url)
-        assert (code, out["error"]) == (1, "not_migrated"), (words, out)
-        assert "approvals.003_ledger_tenant" in out["message"] and "tether db init" in out["message"], out
-    assert schema() == before  # nothing altered by a client
-    code, out = _cli(capsys, "db", "check", "--db", url)  # the operator's check says the same
-    assert (code, out["error"]) == (1, "not_migrated") and "approvals.003_ledger_tenant" in out["message"]
-    assert schema() == before
-    code, out = _cli(capsys, "db", "init", "--db", url)  # the operator upgrades it, as told
-    assert (code, out["ok"]) == (0, True), out
-    assert "tenant" in schema()[0] and "approvals.003_ledger_tenant" in schema()[1]
-    code, out = _cli(capsys, "approvals", "list", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
-    code, out = _cli(capsys, "db", "check", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
-
-
-def test_a_client_never_makes_a_sqlite_deployments_missing_store_file(tmp_path: Path, capsys: Any) -> None:
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    code, out = _cli(capsys, "db", "init", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
-    (tmp_path / "deployment" / "mcp-pins.db").unlink()  # a store an earlier release never had
-    code, out = _cli(capsys, "approvals", "list", "--db", url)
-    assert (code, out["error"]) == (1, "not_migrated"), out
-    assert "mcp-pins.db" in out["message"] and not (tmp_path / "deployment" / "mcp-pins.db").exists()
-    code, out = _cli(capsys, "db", "init", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
-    code, out = _cli(capsys, "approvals", "list", "--db", url)
-    assert (code, out["ok"]) == (0, True), out
 
 
 # -- a workflow request a later release wrote ------------------------------------------------------

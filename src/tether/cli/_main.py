@@ -83,7 +83,7 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     import traceback
 
     from tether.clisupport.output import EXIT_CODES, fail
-    from tether.sql._database import NotMigrated, busy
+    from tether.sql._database import busy
 
     debug = bool(os.environ.get("TETHER_DEBUG"))
     if debug:
@@ -93,8 +93,6 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
     as_json = bool(getattr(args, "json", False))
-    if isinstance(err, NotMigrated):  # no bug: a deployment an earlier release set up, to upgrade
-        return fail(f"tether {args.command}", err, as_json=as_json, code=err.exit)
     if busy(err):  # no bug: another process (a worker, of any release) held a store's file
         why = (
             f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"

@@ -242,7 +242,7 @@ def deployment_sources(
 
     config, trace_dir = _mcp(mcp_config, trace_dir)
     check_stores(url)
-    stores = open_stores(url, migrate=False)  # the console alters no table (NotMigrated)
+    stores = open_stores(url)
     pauses, pins = stores.pauses, stores.pins
 
     def open_pauses() -> PauseStore:

@@ -98,7 +98,7 @@ class DurableClient:
         if self._stores is None:
             from tether.stores._url import open_stores
 
-            self._stores = open_stores(self.url, migrate=False)  # a client alters nothing
+            self._stores = open_stores(self.url)
         return self._stores
 
     @property

@@ -57,15 +57,6 @@ class MigrationBusy(StoreUnavailable):
     reason = "store_busy"
 
 
-class NotMigrated(StoreUnavailable):
-    """A store opened by a client command (``Database.migrating`` off) lacks migrations this
-    release needs: an earlier release set it up and nobody upgraded it yet. Nothing was altered;
-    ``tether db init`` (or a new worker's start) upgrades it."""
-
-    reason = "not_migrated"
-    exit = 1  # the CLI's code: a deployment to set up, as ``not_initialized``
-
-
 def _create(concern: str) -> Callable[[Connection], None]:
     """Create what is missing of the concern's tables, columns and indexes (data kept)."""
 
@@ -157,9 +148,6 @@ class Database:
     _serial: threading.Lock | None = None  # the one lock of a database in memory
     url: PgUrl | None = None
     application_name: str = ""
-    # Whether ``migrate`` applies what is missing (workers, ``tether db init``, local stores) or
-    # only checks it is there (client commands on a deployment: they never alter its tables).
-    migrating: bool = True
 
     def __init__(self, engine: Engine, *, key: str, busy_timeout_s: float = 30.0) -> None:
         self.engine = engine
@@ -302,13 +290,9 @@ class Database:
         the names applied."""
         if concern in self._migrated:
             return []
-        todo = tuple(MIGRATIONS[concern] if steps is None else steps)
-        if not self.migrating:
-            self._require(concern, todo)
-            self._migrated.add(concern)
-            return []
         if self.dialect == "postgresql":
             self._ensure_schema()
+        todo = tuple(MIGRATIONS[concern] if steps is None else steps)
         for attempt in range(1, MIGRATION_TRIES + 1):
             try:
                 done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
@@ -323,26 +307,6 @@ class Database:
                     ) from None
         self._migrated.add(concern)
         return done
-
-    def _require(self, concern: str, todo: tuple[Migration, ...]) -> None:
-        """Raise ``NotMigrated`` unless every one of ``todo`` is recorded (reads only)."""
-
-        def applied(conn: Connection) -> set[str]:
-            from sqlalchemy import inspect as inspect_db
-
-            if not inspect_db(conn).has_table(migrations_table.name):
-                return set()
-            return set(conn.scalars(select(migrations_table.c.name)))
-
-        missing = [name for name, _ in todo if name not in self._transaction(False, applied)]
-        if missing:
-            where = f"{self._key} (schema {self.schema})" if self.schema else self._key
-            raise NotMigrated(
-                f"{where}: the {concern} tables lack this release's migration(s)"
-                f" {', '.join(missing)} (an earlier release set them up); a client command never"
-                " alters a deployment: upgrade it once with: tether db init --db URL (a worker of"
-                " this release does it too when it starts)"
-            )
 
     def _ensure_schema(self) -> None:
         if not self.schema or "schema" in self._migrated:

@@ -11,13 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl
-
-if TYPE_CHECKING:
-    from tether.sql._database import Database
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +75,11 @@ def open_stores(
     memory_clock: Callable[[], datetime] | None = None,
     application_name: str | None = None,
     pool_size: int = 8,
-    migrate: bool = True,
 ) -> Stores:
     """Open (creating and migrating as needed) every store at ``url``. Raises ``ConfigError``
-    for an unsupported URL, ``StoreUnavailable`` when PostgreSQL cannot be reached. A client
-    command passes ``migrate=False``: nothing is created or altered, and a store an earlier
-    release set up that lacks this release's migrations raises ``NotMigrated``."""
+    for an unsupported URL, ``StoreUnavailable`` when PostgreSQL cannot be reached."""
     from tether.mcp._pauses import PauseStore
     from tether.mcp._pinning import PinStore
-    from tether.sql._database import Database
 
     loc = parse_url(url)
     kw: dict[str, Any] = {"policy": memory_policy}
@@ -97,58 +90,22 @@ def open_stores(
         from tether.policy._sqlite_store import SqliteApprovalStore
 
         assert loc.path is not None
-        if migrate:
-            loc.path.mkdir(parents=True, exist_ok=True)
-        names = (
-            "approvals.db",
-            "mcp-pins.db",
-            "mcp-state.db",
-            *(("memory.db",) if memory_policy is not None else ()),
-        )
-        files = _files(loc.path, names, migrate)
-        opened = [f for f in files if isinstance(f, Database)]
-        try:
-            approvals, pins, pauses = SqliteApprovalStore(files[0]), PinStore(files[1]), PauseStore(files[2])
-            memory = SqliteMemory(files[3], **kw) if memory_policy is not None else None
-        except BaseException:
-            for each in opened:
-                each.close()
-            raise
+        loc.path.mkdir(parents=True, exist_ok=True)
+        approvals = SqliteApprovalStore(loc.path / "approvals.db")
+        pins = PinStore(loc.path / "mcp-pins.db")
+        pauses = PauseStore(loc.path / "mcp-state.db")
+        memory = SqliteMemory(loc.path / "memory.db", **kw) if memory_policy is not None else None
         closers = [s.close for s in (approvals, pins, pauses, memory) if s is not None]
-        closers += [each.close for each in opened]
         return Stores(loc, approvals, pins, pauses, memory, _closers=closers)
 
     from tether.memory._sqlstore import PgMemory
     from tether.policy._pg_store import PgApprovalStore
+    from tether.sql._database import Database
     from tether.trace._pg_index import PgTraceIndex
 
     db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
-    db.migrating = migrate
-    try:
-        traces = PgTraceIndex(db)
-        shared = PgMemory(db, **kw) if memory_policy is not None else None
-        stores = (PgApprovalStore(db), PinStore(db), PauseStore(db))
-    except BaseException:
-        db.close()
-        raise
-    return Stores(loc, *stores, shared, traces, db, [db.close, traces.flush])
-
-
-def _files(folder: Path, names: tuple[str, ...], migrate: bool) -> list[Path | Database]:
-    """A SQLite deployment's store files: their paths (each store creates and migrates its own),
-    or for a client (``migrate`` off) ``Database``s that only check their migrations, opened
-    once every file is there: a missing one raises ``NotMigrated``, and no file is made."""
-    from tether.sql._database import Database, NotMigrated
-
-    paths = [folder / name for name in names]
-    if migrate:
-        return list(paths)
-    for path in paths:
-        if not path.exists():
-            raise NotMigrated(f"{path}: no such store (tether db init --db URL sets a deployment up)")
-    opened: list[Path | Database] = []
-    for path in paths:
-        db = Database.sqlite(path)
-        db.migrating = False
-        opened.append(db)
-    return opened
+    traces = PgTraceIndex(db)
+    shared = PgMemory(db, **kw) if memory_policy is not None else None
+    return Stores(
+        loc, PgApprovalStore(db), PinStore(db), PauseStore(db), shared, traces, db, [db.close, traces.flush]
+    )

@@ -122,7 +122,7 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
 
         try:
             check_stores(db)  # one line in seconds, and a mistyped database or schema is not created
-            stores = open_stores(db, migrate=False)  # a client alters nothing (NotMigrated)
+            stores = open_stores(db)
         except DeploymentUnavailable as err:
             return fail(f"tether approvals {args.action}", err, as_json=as_json, code=err.exit)
         except Exception as err:  # a bad URL: say so, as for a missing file

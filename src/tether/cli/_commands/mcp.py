@@ -139,7 +139,7 @@ def _deployment(url: str | None) -> Any:
     from tether.stores._url import open_stores
 
     check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
-    return open_stores(url, migrate=False)  # a client alters no table (NotMigrated)
+    return open_stores(url)
 
 
 def _load(args: argparse.Namespace) -> Any:
