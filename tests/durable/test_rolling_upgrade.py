@@ -131,7 +131,11 @@ class Operator:
     def signal(self, name: str, sig: int) -> int:
         proc = self.procs.pop(name)
         proc.send_signal(sig)
-        return proc.wait(40)
+        try:  # a drain: the grace (20 s), then the exit's own bound (worker_exit_forced)
+            return proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError((self.folder / f"{name}.log").read_text()[-3000:]) from None
 
     def stop(self) -> None:
         for proc in self.procs.values():

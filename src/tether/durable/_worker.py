@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -335,13 +336,17 @@ class Worker:
         from dbos import DBOS
 
         grace = self.config.grace_s if grace_s is None else grace_s
+        started = time.monotonic()
         if self._launched.is_set():
             self._drain(grace)
         self._stop.set()
+        took = {"drain_s": time.monotonic() - started}
         for thread in (self._thread, self._mover):
             if thread is not None:
                 thread.join(10)
+        took["duties_s"] = time.monotonic() - started - sum(took.values())
         DBOS.destroy(workflow_completion_timeout_sec=0)
+        took["dbos_s"] = time.monotonic() - started - sum(took.values())
         set_runtime(None)
         self._release_process()
         if self._pg is not None:
@@ -356,10 +361,11 @@ class Worker:
                 self.stores.close()
             except Exception as err:  # e.g. a SQLite store opened by another thread: the OS reclaims it
                 self.errors.append(f"close: {type(err).__name__}: {err}")
+        took["close_s"] = time.monotonic() - started - sum(took.values())
+        # How long each part of the stop took: a slow exit says where it waited.
+        log_event("worker_exited", executor=self.executor_id, **{k: round(v, 2) for k, v in took.items()})
 
     def _drain(self, grace_s: float) -> None:
-        import time
-
         self._draining = True  # the background thread only beats from now on
         DRAIN.begin()
         log_event("worker_draining", executor=self.executor_id, in_flight=DRAIN.in_flight, grace_s=grace_s)

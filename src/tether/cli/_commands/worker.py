@@ -145,4 +145,28 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         worker.stop()
         if meters is not None:
             meters.shutdown()
+    _exit_past_stuck_threads()  # from here the ordinary exit has a few seconds
     return 0
+
+
+def _exit_past_stuck_threads(wait_s: float = 5.0) -> None:
+    """After the drain, the process ends even where a thread it does not own will not: Python's
+    exit waits on non-daemon threads and on executor pools (a DNS lookup or blocking call handed
+    to the loop's executor, a step cut past its grace) for as long as they run. A watchdog gives
+    the ordinary exit ``wait_s``, then names the threads left and ends the process."""
+    import threading
+
+    def force() -> None:
+        import logging
+
+        from tether.durable._events import log_event
+
+        left = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        log_event("worker_exit_forced", threads=[name for name in left if name != "MainThread"])
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)
+
+    watchdog = threading.Timer(wait_s, force)
+    watchdog.daemon = True  # never itself a reason to stay
+    watchdog.start()
