@@ -72,7 +72,7 @@ class ConsoleSources:
         chosen id, a file written into the folder) never outweighs the checkpoint: what the
         paused run asks (its questions) goes to the checkpoint's tenant only."""
         if self.approvals is not None and (saved := await self.approvals.store.load_checkpoint(run_id)):
-            return checkpoint_tenant(saved.state)
+            return await anyio.to_thread.run_sync(checkpoint_tenant, saved.state)  # a long run's: long
         run = await self.summary(run_id)
         return run.tenant if run is not None else None
 
