@@ -467,7 +467,9 @@ async def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[
     declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
     wanted = {str(c["id"]) for c in calls}
-    if p.run_id:  # the turn's calls only, read as a stream: never the whole trace held
+    # The turn's calls only, read as a stream (never the whole trace held), from a trace of the
+    # proposal's tenant only: a file of another tenant's under the run id shows nothing here.
+    if p.run_id and await sources.trace_of(p.run_id, p.tenant):
         for e in await sources.scan(
             p.run_id, ["tool_proposed"], lambda e: bool(e.get("call_id")) and str(e["call_id"]) in wanted
         ):

@@ -22,7 +22,6 @@ from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
 from tether.mcp._config import offered_name
 from tether.mcp._elicitation import check_schema, store_answer, validate_answer
-from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
@@ -157,12 +156,10 @@ def parse_form(
 
 
 async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
-    if (run := await sources.summary(run_id)) is not None and run.tenant:
-        return run.tenant
-    if sources.approvals is not None:
-        cp = await sources.approvals.store.load_checkpoint(run_id)
-        if cp is not None and (tenant := checkpoint_tenant(cp.state)) is not None:
-            return tenant
+    """The tenant of a question's run (``ConsoleSources.run_tenant``: its checkpoint's before its
+    trace's), else the MCP config's host tenant (a run that names none)."""
+    if tenant := await sources.run_tenant(run_id):
+        return tenant
     return sources.mcp_config.host.tenant if sources.mcp_config is not None else None
 
 

@@ -25,6 +25,7 @@ from tether.console._runs import (
 from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
+from tether.runs._checkpoint import checkpoint_tenant
 
 if TYPE_CHECKING:
     from tether.mcp._config import McpConfig
@@ -64,6 +65,22 @@ class ConsoleSources:
     async def summary(self, run_id: str) -> RunSummary | None:
         """One run's summary, whoever may see it (the caller checks)."""
         return await anyio.to_thread.run_sync(self.traces.get, run_id) if self.traces is not None else None
+
+    async def run_tenant(self, run_id: str) -> str | None:
+        """Whose run ``run_id`` is: its checkpoint's tenant where it has one (the host wrote it from
+        the run's context), else its trace's. A trace file under the id (a run started under a
+        chosen id, a file written into the folder) never outweighs the checkpoint: what the
+        paused run asks (its questions) goes to the checkpoint's tenant only."""
+        if self.approvals is not None and (saved := await self.approvals.store.load_checkpoint(run_id)):
+            return await anyio.to_thread.run_sync(checkpoint_tenant, saved.state)  # a long run's: long
+        run = await self.summary(run_id)
+        return run.tenant if run is not None else None
+
+    async def trace_of(self, run_id: str, tenant: str) -> bool:
+        """Whether ``run_id``'s trace is ``tenant``'s (its start names it): a view of one of
+        ``tenant``'s records (a proposal of the run) reads nothing from another tenant's trace."""
+        run = await self.summary(run_id)
+        return run is not None and run.tenant == tenant
 
     async def events(self, run_id: str) -> list[dict[str, Any]]:
         """One run's trace events, whoever may see them (the caller checks)."""
