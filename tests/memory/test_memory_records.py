@@ -65,6 +65,7 @@ def test_naive_datetimes_and_unknown_literals_are_refused_by_the_contract() -> N
 def test_recalled_record_presents_its_origin_and_conflict_to_the_model() -> None:
     record = MemoryRecord(**{**_fields(), "id": "mem_a"})  # type: ignore[arg-type]
     plain = Recalled(record)
+    assert plain.origin.startswith("erp-assets/asset-991 observed 2026-08-09T17:10:00+00:00")
     shown = memory_line(plain.record, conflict=plain.conflict)
     assert 'source="memory:erp-assets/asset-991"' in shown and 'trust="untrusted"' in shown
     assert 'observed_at="2026-08-09T17:10:00+00:00"' in shown and "conflict=" not in shown

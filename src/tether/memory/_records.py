@@ -61,8 +61,9 @@ class WriteResult:
 @dataclass(frozen=True, slots=True)
 class Recalled:
     """A record returned by a read. ``conflict``: another live authoritative record of the same
-    subject and scope disagrees (ask the system of record or a person). What the model reads of
-    it, origin and conflict marker included, is written in one place: ``chokepoint._labels``."""
+    subject and scope disagrees (ask the system of record or a person). What the host's model
+    reads of it, origin and conflict marker included, is written in one place:
+    ``chokepoint._labels.memory_line``; ``origin`` is a one-line summary for a caller's own use."""
 
     record: MemoryRecord
     conflicts_with: tuple[str, ...] = ()
@@ -70,6 +71,13 @@ class Recalled:
     @property
     def conflict(self) -> bool:
         return bool(self.conflicts_with)
+
+    @property
+    def origin(self) -> str:
+        """One line naming the source, e.g. ``erp-assets/asset-991 observed 2026-08-09T17:10:00+00:00``."""
+        src = self.record.source
+        assert src is not None  # the store never persists a record without a source
+        return f"{src.system}/{src.record} observed {src.observed_at.isoformat()} ({self.record.confidence})"
 
 
 @dataclass(frozen=True, slots=True)
