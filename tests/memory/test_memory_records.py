@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 import tether.memory
+from tether.chokepoint._labels import memory_line
 from tether.memory import MemoryRecord, Recalled, Source
 
 T0 = datetime(2026, 8, 9, 17, 10, tzinfo=UTC)
@@ -65,11 +66,12 @@ def test_recalled_record_presents_its_origin_and_conflict_to_the_model() -> None
     record = MemoryRecord(**{**_fields(), "id": "mem_a"})  # type: ignore[arg-type]
     plain = Recalled(record)
     assert plain.origin.startswith("erp-assets/asset-991 observed 2026-08-09T17:10:00+00:00")
-    assert "conflict" not in plain.for_model()
+    shown = memory_line(plain.record, conflict=plain.conflict)
+    assert 'source="memory:erp-assets/asset-991"' in shown and 'trust="untrusted"' in shown
+    assert 'observed_at="2026-08-09T17:10:00+00:00"' in shown and "conflict=" not in shown
     disputed = Recalled(record, ("mem_b",))
-    shown = disputed.for_model()
-    assert shown["conflict"] is True and shown["conflicts_with"] == ["mem_b"]
-    assert shown["claim"] == "nominal voltage is 380 V" and "erp-assets" in shown["origin"]
+    shown = memory_line(disputed.record, conflict=disputed.conflict)
+    assert disputed.conflict and 'conflict="yes"' in shown and "nominal voltage is 380 V" in shown
 
 
 def test_public_names_are_pinned() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tether.chokepoint._labels import memory_line
 from tether.errors import MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, MemoryStore, Rejection, Source, SqliteMemory
 from tether.memory._store import MemoryStore as _Store
@@ -178,7 +179,7 @@ async def test_valid_record_is_written_and_read_back_with_its_origin(store: _Sto
     assert read.rejected == ()
     (recalled,) = read.records
     assert not recalled.conflict
-    assert recalled.for_model()["origin"].startswith("erp-assets/asset-991 observed ")
+    assert 'source="memory:erp-assets/asset-991"' in memory_line(recalled.record, conflict=False)
 
 
 @pytest.mark.spec("M4")
@@ -373,7 +374,7 @@ async def test_two_authoritative_sources_disagreeing_are_both_marked_conflicted(
     read = await store.read("equipment:eq-19", scope=SCOPE, roles=READERS, now=NOW)
     flagged = {r.record.id: r.conflicts_with for r in read.records}
     assert flagged == {erp.record.id: (cmms.record.id,), cmms.record.id: (erp.record.id,)}
-    assert read.has_conflict and all(r.for_model()["conflict"] for r in read.records)
+    assert read.has_conflict and all(r.conflict for r in read.records)
     assert [e.op for e in await store.history(erp.record.id or "")] == ["write", "conflict"]
 
     # a non-authoritative disagreement is stored without flagging the pair

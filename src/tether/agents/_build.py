@@ -457,12 +457,23 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
         host.labeler = label
 
 
-def _otel_wanted() -> bool:
-    """Whether the ``OTEL_*`` variables ask for trace export (cheap: nothing imported otherwise).
-    Raises ``ConfigError`` when they do and the ``otel`` extra is missing."""
-    names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
-    if not any(os.environ.get(name) for name in names):
+def _otel_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard ``OTEL_*`` variables ask for OTLP trace export: an endpoint, or
+    ``OTEL_TRACES_EXPORTER`` naming ``otlp``; never with ``OTEL_SDK_DISABLED=true`` or an exporter
+    list without ``otlp`` (cheap: nothing imported otherwise). Raises ``ConfigError`` when they do
+    and the ``otel`` extra is missing, or name an OTLP protocol other than HTTP."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
+    exporters = [e.strip() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()]
+    if exporters and "otlp" not in exporters:
+        return False
+    endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not (endpoint or exporters):
+        return False
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    if protocol and protocol != "http/protobuf":
+        raise ConfigError(f"OTLP protocol {protocol!r}: tether exports traces over HTTP (http/protobuf)")
     try:
         import opentelemetry.exporter.otlp.proto.http  # noqa: F401
     except ImportError:

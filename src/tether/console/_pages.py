@@ -438,7 +438,6 @@ class _Pages:
             totals=totals,
             checkpoint=checkpoint,
             resumable=resumable,
-            result=None,
             cut=view.notice(),
         )
 

@@ -18,7 +18,6 @@ from tether.mcp._clean import hidden_kind
 
 __all__ = [
     "environment",
-    "has_hidden",
     "hidden_chars",
     "names_in",
     "pretty_json",
@@ -40,10 +39,6 @@ def hidden_chars(text: str) -> list[str]:
         if hidden_kind(ch):
             seen.setdefault(f"U+{ord(ch):04X}")
     return list(seen)
-
-
-def has_hidden(value: Any) -> bool:
-    return any(hidden_kind(ch) for ch in str(value))
 
 
 SHOWN_TEXT = 20_000  # one value shown on a page: longer text is cut, with its length said
@@ -159,7 +154,5 @@ def environment() -> Environment:
         seg=segment,
         pretty=pretty_json,
         short=_short,
-        has_hidden=has_hidden,
-        hidden_chars=hidden_chars,
     )
     return env

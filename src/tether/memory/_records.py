@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -61,7 +61,9 @@ class WriteResult:
 @dataclass(frozen=True, slots=True)
 class Recalled:
     """A record returned by a read. ``conflict``: another live authoritative record of the same
-    subject and scope disagrees (ask the system of record or a person)."""
+    subject and scope disagrees (ask the system of record or a person). What the host's model
+    reads of it, origin and conflict marker included, is written in one place:
+    ``chokepoint._labels.memory_line``; ``origin`` is a one-line summary for a caller's own use."""
 
     record: MemoryRecord
     conflicts_with: tuple[str, ...] = ()
@@ -76,23 +78,6 @@ class Recalled:
         src = self.record.source
         assert src is not None  # the store never persists a record without a source
         return f"{src.system}/{src.record} observed {src.observed_at.isoformat()} ({self.record.confidence})"
-
-    def for_model(self) -> dict[str, Any]:
-        """The record as the model should see it: claim, origin, validity and conflict marker."""
-        rec = self.record
-        out: dict[str, Any] = {
-            "id": rec.id,
-            "subject": rec.subject,
-            "claim": rec.claim,
-            "origin": self.origin,
-            "confidence": rec.confidence,
-            "valid_until": rec.valid_until.isoformat(),
-        }
-        if self.conflict:
-            out["conflict"] = True
-            out["conflicts_with"] = list(self.conflicts_with)
-            out["note"] = "sources disagree: confirm with the system of record or a person"
-        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from opentelemetry.trace import (
 from tether.trace._events import TraceEvent
 from tether.trace._sanitize import Redactor, sanitize_value
 
-__all__ = ["OtelSink", "model_endpoint", "otel_sink_from_env", "otlp_configured", "run_trace_context"]
+__all__ = ["OtelSink", "model_endpoint", "otel_sink_from_env", "run_trace_context"]
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE = "tether"
@@ -518,27 +518,6 @@ _ENV_KEYS = (
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
 )
-
-
-def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the standard variables ask for OTLP trace export (an endpoint, or
-    ``OTEL_TRACES_EXPORTER`` naming ``otlp``; not with ``OTEL_SDK_DISABLED=true``). Raises
-    ``ConfigError`` for a protocol other than HTTP."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporters = [e.strip() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()]
-    if exporters and "otlp" not in exporters:
-        return False
-    wanted = bool(
-        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or exporters
-    )
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
-    if wanted and protocol and protocol != "http/protobuf":
-        from tether.errors import ConfigError
-
-        raise ConfigError(f"OTLP protocol {protocol!r}: tether exports traces over HTTP (http/protobuf)")
-    return wanted
 
 
 def _env_provider() -> TracerProvider:
