@@ -19,6 +19,8 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 
+from tether.mcp._bulk import counted, refusal
+
 __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
@@ -96,7 +98,10 @@ def _parse(line: bytes) -> Any:
 
 def _messages(line: bytes) -> list[Any]:
     """What one line holds: a message, or each message of a JSON-RPC batch (an array, which
-    2025-03-26 servers may send), each parsed (and refused) on its own."""
+    2025-03-26 servers may send), each parsed (and refused) on its own. A line of more objects
+    and arrays than the SDK is given (``_bulk``) fails each request it answers, unparsed."""
+    if (over := counted(line)) is not None:
+        return _bulky(*over)
     if not line.startswith(b"["):
         return [_parse(line)]
     try:
@@ -110,6 +115,19 @@ def _messages(line: bytes) -> list[Any]:
     ):
         return [_parse(line)]  # one failure for the line, never one per element (a million of them)
     return [_parse(json.dumps(each).encode("utf-8")) for each in batch]
+
+
+def _bulky(why: str, value: Any) -> list[Any]:
+    """Errors for the requests a line past ``MAX_CONTAINERS`` answers (a batch's, up to
+    ``MAX_BATCH``); none answered: one failure for the line."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    answers = value[:MAX_BATCH] if isinstance(value, list) else [value]
+    errors = [error for each in answers if (error := refusal(each, why)) is not None]
+    if not errors:
+        return [ValueError(why)]
+    return [SessionMessage(types.jsonrpc_message_adapter.validate_python(error)) for error in errors]
 
 
 def too_large(limit: int) -> str:
