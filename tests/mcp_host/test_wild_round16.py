@@ -100,23 +100,26 @@ async def test_an_answer_of_too_many_objects_fails_named_and_braces_in_text_are_
     tmp_path: Path, pins: Path
 ) -> None:
     """200 000 text blocks of one letter in one answer (6 MB, under the 8 MiB limit): the SDK
-    made a model of each on the host's event loop (seconds, 400 MB). Now the call fails at once,
-    named, and the same server answers the next call; a text of 300 000 braces (a count of
-    bytes alone would refuse it) and an answer of a thousand blocks are read whole; the honest
-    server serves."""
+        made a model of each on the host's event loop (seconds, 400 MB). Now the call fails at once,
+        named, and the same server answers the next calls (a notification and a request of its own
+    past the bound are dropped); a text of 300 000 braces (a count of
+        bytes alone would refuse it) and an answer of a thousand blocks are read whole; the honest
+        server serves."""
     config = write_config(tmp_path, [w16(max_result_chars=400_000), _ok()], pins_from=pins)
     steps = script(
         ("x__lookup", {"key": "blocks"}),
         ("x__lookup", {"key": "braces"}),
         ("x__lookup", {"key": "blocks:1000"}),
+        ("x__lookup", {"key": "bulknote"}),
         ("ok__lookup", {"key": "c"}),
         "done",
     )
     run = await run_question(config, "Q", steps)
-    many, braces, some = run.seen("x__lookup")
+    many, braces, some, noted = run.seen("x__lookup")
     assert 'error="upstream_error"' in many and TOO_MANY in many  # before: 200 000 lines of "b"
     assert braces.count("{") == 300_000 and "value-of-braces" in braces
     assert some.count("\nb") == 1000 and "value-of-blocks:1000" in some
+    assert "value-of-bulknote" in noted  # a notification and a request past the bound: dropped
     assert _served(run)
 
 

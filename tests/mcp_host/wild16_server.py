@@ -1,7 +1,8 @@
 """A stdio MCP server written by hand (no SDK: it starts in milliseconds and sends exactly what
 it is told), for the sixteenth round of wild servers. ``lookup`` answers ``value-of-<key>``; the
 keys ``odd`` knows make it answer otherwise: ``blocks[:N]`` (N text blocks of one letter, default
-200 000), ``braces`` (a text of 300 000 ``{``), ``media`` (images and audio of bad base64 or a
+200 000), ``braces`` (a text of 300 000 ``{``), ``bulknote`` (a notification and a request of 150 000
+arrays each, then the answer), ``media`` (images and audio of bad base64 or a
 lying MIME type), ``embedded`` (embedded resources, a resource link of control characters),
 ``audience`` (a block for the user only), ``errbig`` (an error of megabytes), ``both`` (a result
 and an error), ``cancel`` (the server cancels the host's request, then answers), ``progmsg``
@@ -141,6 +142,11 @@ def odd(ident: Any, key: str, token: Any = None) -> bool:
     elif key.startswith("blocks"):
         count = int(key.split(":", 1)[1]) if ":" in key else 200_000
         blocks = [text("b") for _ in range(count)] + [text(f"value-of-{key}")]
+    elif key == "bulknote":  # a log notification and a request past the bound, then the answer
+        many = [[] for _ in range(150_000)]
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": many}})
+        send({"jsonrpc": "2.0", "id": "w16-bulk", "method": "roots/list", "params": {"_meta": {"m": many}}})
+        blocks = [text("value-of-bulknote")]
     elif key == "braces":
         blocks = [text("{" * 300_000), text("value-of-braces")]
     elif key == "cancel":
