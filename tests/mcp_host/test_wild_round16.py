@@ -11,11 +11,12 @@ message of more than ``MAX_CONTAINERS`` objects and arrays is refused before the
 stdio, in an HTTP JSON body and in an event, and the call it answers fails at once, named.
 
 Already contained, kept as checks: images and audio of bad base64 or a lying MIME type, embedded
-resources, a resource link of control characters, content for the user only, answers with both
-a result and an error, requests to the host before the server's ``initialize`` answer or inside
-its listing, schemas of ``$ref`` cycles and ``oneOf``/``anyOf``/``allOf``/``not`` mixes; over
-HTTP, an answer labelled ``text/plain``, an event stream labelled JSON, an answer's stream left
-open, a session close (``DELETE``) never answered."""
+resources, a resource link of control characters, answers with both a result and an error, a
+tool named twice in one listing with two schemas, requests to the host before the server's
+``initialize`` answer or inside its listing, schemas of ``$ref`` cycles and of ``oneOf``,
+``anyOf``, ``allOf`` and ``not`` mixed; over HTTP, an answer labelled ``text/plain``, an event
+stream labelled JSON, an answer's stream left open, a session close (``DELETE``) never
+answered."""
 
 from __future__ import annotations
 
@@ -256,3 +257,15 @@ async def test_http_answers_of_the_wrong_kind_or_never_ending_fail_alone(
     else:
         assert "value-of-b" in second
     assert seen.count("tools/call") == 3
+
+
+async def test_a_name_listed_twice_with_two_schemas_is_offered_under_neither(tmp_path: Path) -> None:
+    """Already contained, kept: ``lookup`` on the first page of a listing and again, with an
+    integer key, on the second: which one a call would be checked against is the server's pick,
+    so neither is approved or offered (named); the server's other tool serves."""
+    config = write_config(tmp_path, [w16(env={"W16_TWICE": "1", "W16_TOOLS": "mixed"})])
+    pinned, skipped = await approve(config, "x")
+    assert pinned == ["mixed"] and skipped == {"lookup": "listed more than once"}
+    run = await run_question(config, "Q", script(("x__mixed", {"key": "zzz"}), "done"))
+    assert run.offered() == ["x__mixed"] and "value-of-zzz" in run.seen("x__mixed")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
