@@ -269,3 +269,29 @@ async def test_a_name_listed_twice_with_two_schemas_is_offered_under_neither(tmp
     run = await run_question(config, "Q", script(("x__mixed", {"key": "zzz"}), "done"))
     assert run.offered() == ["x__mixed"] and "value-of-zzz" in run.seen("x__mixed")[0]
     assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_question_whose_field_runs_to_megabytes_is_cut_in_what_the_person_reads(
+    tmp_path: Path,
+) -> None:
+    """A server asks a question (over real stdio) whose one field has a description of 2 MB and
+    200 000 choices: the question was cut at 2 000 characters but the field was printed whole,
+    4 MB on the person's terminal. Now each field is shown up to ``MAX_FIELD_SHOWN`` characters
+    and its size; an answer is still checked against the whole field (a choice past what is
+    shown is taken), and a short question is shown whole."""
+    from tether.mcp._elicitation import MAX_FIELD_SHOWN, ConsoleResponder
+
+
+    answers = ['{"colour": "c099999"}', '{"colour": "c000009"}']
+    shown: list[str] = []
+    person = ConsoleResponder(read=lambda _: answers.pop(0), write=shown.append)
+    config = write_config(tmp_path, [w16(elicitation={"enabled": True})])
+    await approve(config, "x")
+    steps = script(("x__lookup", {"key": "question:4000000"}), ("x__lookup", {"key": "question:200"}), "done")
+    run = await run_question(config, "Q", steps, responder=person)
+    huge, short = shown
+    assert len(huge) < MAX_FIELD_SHOWN + 200  # before: 4 200 081 characters
+    assert huge.endswith(" [cut by the host: 4200027 characters in all]")
+    assert short.endswith("'c000009'] - " + "d" * 100) and "cut by the host" not in short
+    assert ["answered: accept" in seen for seen in run.seen("x__lookup")] == [True, True]
+    assert run.result.stop_reason is StopReason.ACCEPTED

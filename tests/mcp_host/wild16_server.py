@@ -1,13 +1,15 @@
 """A stdio MCP server written by hand (no SDK: it starts in milliseconds and sends exactly what
 it is told), for the sixteenth round of wild servers. ``lookup`` answers ``value-of-<key>``; the
 keys ``odd`` knows make it answer otherwise: ``blocks[:N]`` (N text blocks of one letter, default
-200 000), ``braces`` (a text of 300 000 ``{``), ``bulknote`` (a notification and a request of 150 000
-arrays each, then the answer), ``media`` (images and audio of bad base64 or a
-lying MIME type), ``embedded`` (embedded resources, a resource link of control characters),
-``audience`` (a block for the user only), ``errbig`` (an error of megabytes), ``both`` (a result
-and an error), ``cancel`` (the server cancels the host's request, then answers), ``progmsg``
-(progress and a log of megabytes of control characters), ``bigdata`` (structured content of 60 000
-rows), ``exit`` (it exits).
+200 000), ``braces`` (a text of 300 000 ``{``), ``question:N`` (it asks the host a question
+whose field runs to N characters), ``bulknote`` (a notification and a request of 150 000 arrays
+each, then the answer), ``media`` (images and audio of bad base64 or a lying MIME type),
+``embedded`` (embedded resources, a resource link of control characters), ``audience`` (a block
+for the user only), ``errbig`` and ``errmid`` (errors of megabytes), ``both`` (a result and an
+error), ``cancel`` (the server cancels the host's request, then answers), ``progmsg`` (progress
+and a log of megabytes of control characters), ``bigdata`` (structured content of 60 000 rows),
+``exit`` (it exits). With ``W16_TWICE`` set, ``lookup`` is listed again, with another schema, on
+a second page.
 
 ``W16_TOOLS`` (comma-separated) adds tools: ``cycle`` (an input schema whose ``$ref``s only name
 each other), ``selfref`` (one that is ``allOf`` itself), ``mixed`` (``oneOf``, ``anyOf``,
@@ -110,6 +112,22 @@ def ask(kinds: set[str]) -> None:
             send({"jsonrpc": "2.0", "id": ident, "method": "elicitation/create", "params": params})
 
 
+def question(size: int) -> str:
+    """Asks the host a question (``elicitation/create``) whose field's description and choices
+    come to about ``size`` characters; what the host answered (its action)."""
+    choices = [f"c{i:06d}" for i in range(max(2, size // 20))]
+    field = {"type": "string", "description": "d" * (size // 2), "enum": choices}
+    schema = {"type": "object", "properties": {"colour": field}}
+    params = {"mode": "form", "message": "Which colour?", "requestedSchema": schema}
+    send({"jsonrpc": "2.0", "id": "w16-ask", "method": "elicitation/create", "params": params})
+    for raw in sys.stdin.buffer:
+        answer = json.loads(raw)
+        if answer.get("id") != "w16-ask" or "method" in answer:
+            continue
+        return str(answer.get("result", {}).get("action") or answer.get("error"))
+    return "the host went away"
+
+
 def odd(ident: Any, key: str, token: Any = None) -> bool:
     """Answers the odd keys; ``False`` for an ordinary key."""
     if key == "media":
@@ -168,6 +186,9 @@ def odd(ident: Any, key: str, token: Any = None) -> bool:
         send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": many}})
         send({"jsonrpc": "2.0", "id": "w16-bulk", "method": "roots/list", "params": {"_meta": {"m": many}}})
         blocks = [text("value-of-bulknote")]
+    elif key.startswith("question:"):  # a question whose one field runs to <n> characters
+        size = int(key.split(":", 1)[1])
+        blocks = [text(f"answered: {question(size)}")]
     elif key == "braces":
         blocks = [text("{" * 300_000), text("value-of-braces")]
     elif key == "cancel":
