@@ -14,6 +14,8 @@ connection):
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
 * a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
   parser goes has that tool cut (``_deep``), as on stdio;
+* a JSON body or an event (of any stream) holding more objects and arrays than the SDK is given
+  (``_bulk.MAX_CONTAINERS``) fails the request it answers, or is dropped, as on stdio;
 * a session id (``Mcp-Session-Id``) that is not ASCII (MCP allows visible ASCII only) fails the
   request it came with, named: httpx cannot send it back, and the SDK's writer failed on the
   next request, the connection closing as "Connection closed" with no reason given;

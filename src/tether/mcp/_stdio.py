@@ -1,7 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
 Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
-and answered as an error (as is non-JSON-RPC), a line may start with a UTF-8 byte order mark or
+and answered as an error (as is non-JSON-RPC, and a line of more objects and arrays than the
+SDK is given, ``_bulk``), a line may start with a UTF-8 byte order mark or
 hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
 shutdown closes stdin, then terminates and kills the process group.
 """
