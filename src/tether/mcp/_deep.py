@@ -2,7 +2,8 @@
 parser goes (``PARSER_DEPTH``): the whole answer was refused, the server listed nothing and was
 unavailable. Read here instead by Python's parser, each such tool is replaced by its name and
 why (``CUT``), which ``usable_listing`` leaves out, named, as it leaves out a tool the SDK
-refuses; the server's other tools are served."""
+refuses; the server's other tools are served. Events pass here on their way to the SDK, so an
+event of more objects and arrays than it is given is refused here too (``_bulk``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import json
 import re
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
+
+from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 
 __all__ = ["CUT", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
 
@@ -47,8 +50,9 @@ def cut_deep_tools(raw: bytes) -> bytes | None:
 
 
 async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
-    """An event stream answering ``tools/list``, passed on event by event, an event whose data is
-    a listing with a tool nested too deep rewritten (``cut_deep_tools``); what grows past
+    """An event stream (an answer's, or the session's own), passed on event by event, an event
+    whose data is a listing with a tool nested too deep rewritten (``cut_deep_tools``), one of
+    more objects and arrays than the SDK is given replaced (``_cut_event``); what grows past
     ``limit`` without ending an event is passed on as it is (the SDK caps an event itself). What
     waits grows in place: joined by copying it whole at each chunk, an event of megabytes in small
     chunks took the event loop seconds."""
@@ -69,13 +73,20 @@ async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[
 
 
 def _cut_event(raw: bytes) -> bytes:
-    if b'"tools"' not in raw:
+    """One event as the SDK is given it: a message of more objects and arrays than it reads
+    becomes an error for the request it answers, or a comment (``_bulk``); a listing has a tool
+    nested too deep cut."""
+    if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
     lines = _LINE.split(raw)
     data = b"\n".join(line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:"))
-    if (cut := cut_deep_tools(data)) is None:
-        return raw
     other = [line for line in lines if line and not line.startswith(b"data:")]
+    if (over := counted(data)) is not None:
+        if (error := refusal(over[1], over[0])) is None:
+            return b": " + over[0].encode("utf-8") + b"\n\n"  # no data: the SDK passes nothing on
+        return b"\n".join([*other, b"data: " + json.dumps(error).encode("utf-8")]) + b"\n\n"
+    if b'"tools"' not in data or (cut := cut_deep_tools(data)) is None:
+        return raw
     return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
 
 

@@ -64,6 +64,7 @@ _ARRAY_KEYS = {"type", "title", "description", "default", "items", "minItems", "
 _FORMATS = {"email", "uri", "date", "date-time"}
 MAX_PROPERTIES = 20
 MAX_MESSAGE = 2000
+MAX_FIELD_SHOWN = 8000  # of one field's line (its choices, its description) shown to a person
 
 _CREDENTIAL = re.compile(
     r"pass(word|wd|phrase|code)|\bpins?\b|\bpin[ _-]?code|\btoken|api[ _-]?key|apikey|\bsecret|"
@@ -352,8 +353,17 @@ class ElicitationPrompt:
                     kind += f" ({', '.join(bounds)})" if bounds else ""
                 else:
                     kind = f"{prop.get('type')}" + (f" one of {options}" if options else "")
-                lines.append(sanitize(f"  {name}: {kind}{req}{desc}"))
+                lines.append(_shown(sanitize(f"  {name}: {kind}{req}{desc}")))
         return "\n".join(lines)
+
+
+def _shown(line: str) -> str:
+    """A field as a person reads it, cut past ``MAX_FIELD_SHOWN``: a description and choices of
+    megabytes filled the terminal of the person asked (the question itself is cut at
+    ``MAX_MESSAGE``); an answer is still checked against the whole field."""
+    if len(line) <= MAX_FIELD_SHOWN:
+        return line
+    return f"{line[:MAX_FIELD_SHOWN]} [cut by the host: {len(line)} characters in all]"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ connection):
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
 * a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
   parser goes has that tool cut (``_deep``), as on stdio;
+* a JSON body or an event (of any stream) holding more objects and arrays than the SDK is given
+  (``_bulk.MAX_CONTAINERS``) fails the request it answers, or is dropped, as on stdio;
 * a session id (``Mcp-Session-Id``) that is not ASCII (MCP allows visible ASCII only) fails the
   request it came with, named: httpx cannot send it back, and the SDK's writer failed on the
   next request, the connection closing as "Connection closed" with no reason given;
@@ -47,6 +49,7 @@ from typing import Any
 import anyio
 import httpx2
 
+from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
 from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE
@@ -153,7 +156,8 @@ def _decoded(response: httpx2.Response) -> tuple[httpx2.Response, str | None]:
 
 
 class _Events(httpx2.AsyncByteStream):
-    """An event stream answering ``tools/list``, a tool nested too deep cut (``cut_events``)."""
+    """An event stream, a message of too many objects and arrays refused and a tool nested too
+    deep cut (``cut_events``)."""
 
     def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
         self._stream, self._limit = stream, limit
@@ -216,8 +220,6 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
-            if _method(request) != "tools/list":
-                return response
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return _replaced(response, _Events(response.stream, self._limit))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
@@ -237,6 +239,8 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await stream.aclose()
         if (wrong := _not_its_answer(body, asked)) is not None:
             return _replaced(response, _error(asked, -32603, wrong))
+        if (over := counted(body)) is not None:
+            return _replaced(response, _error(asked, -32603, over[0]))
         if b'"tools"' in body and (cut := cut_deep_tools(body)) is not None:
             body = cut  # a listing the SDK would refuse whole for one tool nested too deep
         return _replaced(response, httpx2.ByteStream(body))

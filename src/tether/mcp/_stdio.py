@@ -1,7 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
 Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
-and answered as an error (as is non-JSON-RPC), a line may start with a UTF-8 byte order mark or
+and answered as an error (as is non-JSON-RPC, and a line of more objects and arrays than the
+SDK is given, ``_bulk``), a line may start with a UTF-8 byte order mark or
 hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
 shutdown closes stdin, then terminates and kills the process group.
 """
@@ -18,6 +19,8 @@ from typing import IO, Any
 
 import anyio
 import anyio.abc
+
+from tether.mcp._bulk import counted, refusal
 
 __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
@@ -96,7 +99,10 @@ def _parse(line: bytes) -> Any:
 
 def _messages(line: bytes) -> list[Any]:
     """What one line holds: a message, or each message of a JSON-RPC batch (an array, which
-    2025-03-26 servers may send), each parsed (and refused) on its own."""
+    2025-03-26 servers may send), each parsed (and refused) on its own. A line of more objects
+    and arrays than the SDK is given (``_bulk``) fails each request it answers, unparsed."""
+    if (over := counted(line)) is not None:
+        return _bulky(*over)
     if not line.startswith(b"["):
         return [_parse(line)]
     try:
@@ -110,6 +116,19 @@ def _messages(line: bytes) -> list[Any]:
     ):
         return [_parse(line)]  # one failure for the line, never one per element (a million of them)
     return [_parse(json.dumps(each).encode("utf-8")) for each in batch]
+
+
+def _bulky(why: str, value: Any) -> list[Any]:
+    """Errors for the requests a line past ``MAX_CONTAINERS`` answers (a batch's, up to
+    ``MAX_BATCH``); none answered: one failure for the line."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    answers = value[:MAX_BATCH] if isinstance(value, list) else [value]
+    errors = [error for each in answers if (error := refusal(each, why)) is not None]
+    if not errors:
+        return [ValueError(why)]
+    return [SessionMessage(types.jsonrpc_message_adapter.validate_python(error)) for error in errors]
 
 
 def too_large(limit: int) -> str:
