@@ -12,7 +12,11 @@ the model had been handed a garbled turn's results as if it had asked for them;
 ``HTTPBackend._answer``); an Anthropic delta of one kind sent to a block of another — the call's
 ``input_json_delta`` numbered for the text block before it, a ``text_delta`` numbered for a
 ``tool_use`` block (before: the input went to the text block and the call was read with the
-input its start gave, ``{}``; the text was dropped and the turn accepted; ``_anthropic._Blocks``).
+input its start gave, ``{}``; the text was dropped and the turn accepted; ``_anthropic._Blocks``);
+a chat stream that begins a second call (its own id and name) under the index of a call whose
+arguments are not yet whole (before: the two were read as one call, their arguments run
+together, refused as malformed, and the run went on to be ``accepted``; ``_openai._add_call_delta``).
+An empty delta sent to a block of another kind still carries nothing and is passed over.
 
 Held as they were (pinned here): variants accepted with the answer — an event of a type the
 protocol does not define mid-stream, text sent after the terminal event (``[DONE]``,
@@ -217,6 +221,26 @@ def args_elsewhere(items: list[Any]) -> list[Any]:
     return walk(items, fix)
 
 
+def second_call_over_a_cut_first(items: list[Any]) -> list[Any]:
+    """Chat: two calls both numbered 0, the first's last argument piece lost, so the second
+    begins (its own id and name) while the first's arguments are not yet whole JSON."""
+    out: list[Any] = []
+    pieces = [n for n, i in enumerate(items) if _call_delta(i) and "id" not in _call_delta(i)]
+    headers = [n for n, i in enumerate(items) if _call_delta(i) and "id" in _call_delta(i)]
+    lost = max(n for n in pieces if n < headers[1])
+    for n, item in enumerate(items):
+        if n != lost:
+            out.append(walk(item, lambda d: d.update(index=0) if "function" in d and "index" in d else None))
+    return out
+
+
+def _call_delta(item: Any) -> dict[str, Any]:
+    if not (isinstance(item, dict) and item.get("choices")):
+        return {}
+    calls = (item["choices"][0].get("delta") or {}).get("tool_calls") or [{}]
+    return dict(calls[0])
+
+
 def text_to_tool(items: list[Any]) -> list[Any]:
     """Anthropic: a text delta sent to the tool_use block, beside its input."""
     at = next(n for n, i in enumerate(items) if _is_event(i, "content_block_stop"))
@@ -298,6 +322,8 @@ CASES = [
     Round4("anthropic_input_deltas_to_the_text_block_then_good", then_good(lambda p, s: Reply(
         content="Reading it.", tool_calls=(ORDER,), edit=input_to_text)), True, requests=3,
            at=("anthropic/stream/http",)),
+    Round4("chat_a_second_call_at_index_0_over_a_cut_first_then_good", then_good(lambda p, s: Reply.calls(
+        ORDER, OTHER, edit=second_call_over_a_cut_first)), True, requests=3, at=("chat/stream/http",)),
     # -- faults ------------------------------------------------------------------------------
     Round4("the_protocols_error_as_a_200", twice(error_as_200("overloaded_error")), False,
            ("Upstream says no", "gave up"), at=ALL6),
@@ -309,6 +335,9 @@ CASES = [
            ("without a name", "gave up"), at=ALL6),
     Round4("chat_arguments_on_another_index", twice(lambda p, s: Reply.calls(ORDER, edit=args_elsewhere)),
            False, ("without a name", "gave up"), at=("chat/stream/http",)),
+    Round4("chat_a_second_call_at_index_0_over_a_cut_first", twice(lambda p, s: Reply.calls(
+        ORDER, OTHER, edit=second_call_over_a_cut_first)), False, ("began at index 0 before call", "gave up"),
+           at=("chat/stream/http", "chat/stream/sdk")),
     Round4("anthropic_text_delta_to_a_tool_block", twice(lambda p, s: Reply.calls(ORDER, edit=text_to_tool)),
            False, ("text_delta", "gave up"), at=("anthropic/stream/http",)),
     Round4("anthropic_input_deltas_to_the_text_block", twice(lambda p, s: Reply(

@@ -369,9 +369,11 @@ class _Blocks:
         delta = event.get("delta") or {}
         dtype = delta.get("type")
         btype = block.get("type")
-        if btype and (wants := _DELTA_BLOCKS.get(str(dtype))) and not str(btype).endswith(wants):
+        wants = _DELTA_BLOCKS.get(str(dtype))
+        if btype and wants and not str(btype).endswith(wants) and _carries(event):
             # A delta numbered for another block (input for the text, text for a call): the
-            # call would run with the input its start gave, the text lose a piece.
+            # call would run with the input its start gave, the text lose a piece. An empty
+            # one carries nothing to lose.
             raise Retryable("stream_unreadable", f"a {dtype} for block {index}, a {btype} block")
         streamed(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
         if dtype == "text_delta":
