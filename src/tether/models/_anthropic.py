@@ -368,6 +368,13 @@ class _Blocks:
             raise Retryable("stream_unreadable", f"a delta for block {index}, never started")
         delta = event.get("delta") or {}
         dtype = delta.get("type")
+        btype = block.get("type")
+        wants = _DELTA_BLOCKS.get(str(dtype))
+        if btype and wants and not str(btype).endswith(wants) and _carries(event):
+            # A delta numbered for another block (input for the text, text for a call): the
+            # call would run with the input its start gave, the text lose a piece. An empty
+            # one carries nothing to lose.
+            raise Retryable("stream_unreadable", f"a {dtype} for block {index}, a {btype} block")
         streamed(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
         if dtype == "text_delta":
             block["text"] = block.get("text", "") + delta.get("text", "")
@@ -381,6 +388,17 @@ class _Blocks:
                 on_delta("reasoning", delta.get("thinking", ""))
         elif dtype == "signature_delta":
             block["signature"] = block.get("signature", "") + delta.get("signature", "")
+
+
+# The block each delta type belongs to (its type, or how its type ends: a server tool's
+# ``server_tool_use``); a delta type added later goes to any block.
+_DELTA_BLOCKS = {
+    "text_delta": "text",
+    "citations_delta": "text",
+    "input_json_delta": "tool_use",
+    "thinking_delta": "thinking",
+    "signature_delta": "thinking",
+}
 
 
 class _Turn:

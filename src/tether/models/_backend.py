@@ -477,8 +477,9 @@ class HTTPBackend(RetryingBackend):
         table (``unpriced`` when the model is in none), and any further ``meta``. A turn that
         is no answer is refused here, for every protocol: neither text nor a tool call where
         the finish says the turn ended normally, text alone where it says the turn calls tools
-        (the calls were lost), or two calls with one id (their results could not be told
-        apart). Its usage is billed whether or not the turn is refused (``_retrying.billed``)."""
+        (the calls were lost), a call without a name, or two calls with one id (their results
+        could not be told apart). Its usage is billed whether or not the turn is refused
+        (``_retrying.billed``)."""
         billed(usage)
         finish_word = finish_of(finish)
         message = rejoined(message)  # characters a server split at their surrogates
@@ -490,6 +491,10 @@ class HTTPBackend(RetryingBackend):
             # The model asked for tools and none arrived (a proxy that dropped them): the text
             # is the preamble to calls now lost, no final answer.
             raise unusable(f"the finish reason {finish!r} says the turn calls tools, but it has none")
+        if nameless := [c.id for c in calls if not c.name.strip()]:
+            # A call the host could only refuse as an unknown tool: its name was lost (a delta
+            # numbered for a call never begun, a call of a kind tether never offers).
+            raise unusable(f"a tool call without a name in the turn (ids {nameless})")
         if len(calls) > 1 and len({c.id for c in calls}) < len(calls):
             raise unusable(f"duplicate tool call id in one turn: {[c.id for c in calls]}")
         meta = {"finish_reason": finish, "finish": finish_word, "provider": self.provider, **meta}

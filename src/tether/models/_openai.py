@@ -388,7 +388,8 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     """One streamed tool-call delta into the call it continues: by ``index``; a server that
     omits it gets the call by id, or the last one when the delta has no id. Under one index, a
     delta with a name and another id after a call whose arguments are whole JSON begins a new
-    call (servers that number every parallel call 0). A name is streamed in pieces or sent
+    call (servers that number every parallel call 0); one whose call there is not yet whole is
+    an unreadable stream (the two would be read as one call). A name is streamed in pieces or sent
     once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
     none."""
     index, fn = tc.get("index"), tc.get("function") or {}
@@ -400,8 +401,12 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     else:
         key = max((k for k in calls if k[0] == index), default=(index, 0))
         slot = calls.get(key)
-        if slot and fn.get("name") and tc.get("id") not in (None, "", slot["id"]) and _whole_json(slot):
-            key = (index, key[1] + 1)
+        if slot and fn.get("name") and tc.get("id") not in (None, "", slot["id"]):
+            if _whole_json(slot):
+                key = (index, key[1] + 1)
+            elif slot["id"]:  # two calls' names and arguments would run together as one
+                why = f"call {tc['id']!r} began at index {index} before call {slot['id']!r} there was whole"
+                raise Retryable("stream_unreadable", why)
     slot = calls.get(key)
     if slot is None:
         slot = calls[key] = {"id": "", "name": "", "arguments": []}
