@@ -195,7 +195,8 @@ def index_for(
         by_call.setdefault(obs.call_id, []).extend(found)
         segments.extend(found)
         positions.extend([i] * len(found))
-    written, reads = _writes(state, observations, first_seen, writes, targets)
+    ids = frozenset(k for source in (*config.sources.values(), config.default) for k in source.record_id)
+    written, reads = _writes(state, observations, first_seen, writes, targets, ids)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -216,6 +217,7 @@ def _writes(
     first_seen: Mapping[str, int],
     writes: Callable[[str], bool] | None,
     targets: Callable[[str], Iterable[str]] | None,
+    ids: frozenset[str] = frozenset(),
 ) -> tuple[list[Written], dict[str, tuple[int, list[str]]]]:
     """What the calls of ``state`` that reached their tools wrote (``index_for``), each at the
     number of observations made before it, and the calls whose results were observed (with
@@ -241,7 +243,7 @@ def _writes(
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
-        aimed = _aimed(record.arguments, targets(record.tool) if targets is not None else ())
+        aimed, fields = _aimed(record.arguments, targets(record.tool) if targets is not None else (), ids)
         if seen is not None:
             reads[record.call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
@@ -256,16 +258,49 @@ def _writes(
             if text:
                 links = frozenset(link.key for link in find_links(leaf))
                 target = not echo and text in aimed
-                given = tuple(v for v in leaves if normalise(v) not in aimed) if target else ()
+                given = tuple(v for v in leaves if normalise(v) not in aimed | fields) if target else ()
                 written.append(Written(text, at, links, echo, target=target, given=given))
     return written, reads
 
 
-def _aimed(arguments: Any, names: Iterable[str]) -> set[str]:
-    """The values, normalised, of the arguments ``names`` (those naming the record acted on)."""
+def _aimed(
+    arguments: Any, names: Iterable[str], ids: frozenset[str] = frozenset()
+) -> tuple[set[str], set[str]]:
+    """The values, normalised, that name the record a call acts on: those of its arguments
+    ``names`` (``role: target``) and, in any object it was given (its arguments too, and an
+    object sent as JSON text), the value of a record-id key (``SourceTrust.record_id``): an edit
+    given ``changes={"id": "inv-1", "vendor": …}`` changes invoice inv-1. With them, the keys of
+    such objects: the record's field names, not values it was changed to."""
     if not isinstance(arguments, Mapping):
-        return set()
-    return {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
+        return set(), set()
+    aimed = {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
+    fields: set[str] = set()
+
+    def walk(v: Any, depth: int) -> None:
+        if isinstance(v, str) and depth and v.strip()[:1] == "{":
+            try:
+                v = json.loads(v)
+            except ValueError:
+                return
+        if isinstance(v, Mapping):
+            key = next((k for k in ids if _id_value(v.get(k))), None)
+            if key is not None:
+                aimed.add(normalise(str(v[key])))
+                fields.update(normalise(str(k)) for k in v)
+            for item in v.values():
+                walk(item, depth + 1)
+        elif isinstance(v, list | tuple):
+            for item in v:
+                walk(item, depth + 1)
+
+    if ids:
+        walk(arguments, 0)
+    return aimed, fields
+
+
+def _id_value(v: Any) -> bool:
+    """Whether ``v`` can be a record's id: a string or an integer (not a flag)."""
+    return isinstance(v, str | int) and not isinstance(v, bool) and str(v).strip() != ""
 
 
 ANSWER = "subagent_run"
