@@ -363,3 +363,45 @@ async def test_a_title_twin_states_no_day_of_the_named_invoice() -> None:
     due = (call("schedule_payment", invoice="inv-1", day="2026-12-20"),)
     assert await _run(world.tools(), rules, request, (call("list_invoices"),), due) == []
     assert world.scheduled == [("inv-1", "2026-12-20")]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"id": "inv-1", "vendor": {"id": "v-nordwind"}},  # the new vendor as a reference object
+        {"invoice_id": "inv-1", "vendor_id": "v-nordwind"},  # ids under names of their own
+        {"invoiceId": "inv-1", "vendor": "v-nordwind"},
+    ],
+)
+async def test_an_edit_whose_object_names_two_records_changes_each(changes: dict[str, Any]) -> None:
+    rules = ProvenanceRules(VENDOR_RULES, VENDOR_TRUST)
+    world = Vendors(REBILL)
+    world.edit_invoice = _edit_any(world)  # type: ignore[method-assign]
+    rebill = (call("edit_invoice", changes=changes),)
+    found = await _run(world.tools(), rules, REQUEST, *_flow(rebill), _pay("inv-1", ATTACKER_IBAN, 100.0))
+    assert world.invoices[0]["vendor"] == "v-nordwind"
+    assert world.paid == []
+    assert found == [["untrusted_origin"]]
+    # The user's own vendor, set the same way, is still the named invoice's payee.
+    world = Vendors(REBILL)
+    world.edit_invoice = _edit_any(world)  # type: ignore[method-assign]
+    request = (
+        "Check my inbox, update the vendor of the invoice 'Q3 services' to v-nordwind, then pay it (100 EUR)."
+    )
+    assert (
+        await _run(world.tools(), rules, request, *_flow(rebill), _pay("inv-1", ATTACKER_IBAN, 100.0)) == []
+    )
+    assert world.paid == [{"invoice": "inv-1", "recipient": ATTACKER_IBAN, "amount": 100.0}]
+
+
+def _edit_any(world: Vendors) -> Any:
+    @tool(name="edit_invoice", effect=Effect.WRITE)
+    def edit_invoice(changes: Annotated[dict[str, Any], Field(description="id and fields.")]) -> str:
+        """Edit an invoice: its id and the fields to change."""
+        rest = {k: v for k, v in changes.items() if k not in ("id", "invoice_id", "invoiceId")}
+        record = next(i for i in world.invoices if i["id"] in changes.values())
+        vendor = rest.get("vendor", rest.get("vendor_id"))
+        record["vendor"] = vendor["id"] if isinstance(vendor, dict) else vendor
+        return "updated"
+
+    return edit_invoice

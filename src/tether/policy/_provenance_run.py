@@ -243,7 +243,9 @@ def _writes(
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
-        aimed, fields = _aimed(record.arguments, targets(record.tool) if targets is not None else (), ids)
+        aimed, declared, fields = _aimed(
+            record.arguments, targets(record.tool) if targets is not None else (), ids
+        )
         if seen is not None:
             reads[record.call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
@@ -258,23 +260,27 @@ def _writes(
             if text:
                 links = frozenset(link.key for link in find_links(leaf))
                 target = not echo and text in aimed
-                given = tuple(v for v in leaves if normalise(v) not in aimed | fields) if target else ()
+                # What the record was changed to: the call's other values (another record's id
+                # inside it too: ``vendor={"id": …}``), never its targets' ids nor field names.
+                kept = declared | fields | {text}
+                given = tuple(v for v in leaves if normalise(v) not in kept) if target else ()
                 written.append(Written(text, at, links, echo, target=target, given=given))
     return written, reads
 
 
 def _aimed(
     arguments: Any, names: Iterable[str], ids: frozenset[str] = frozenset()
-) -> tuple[set[str], set[str]]:
-    """The values, normalised, that name the record a call acts on: those of its arguments
-    ``names`` (``role: target``) and, in any object it was given (its arguments too, and an
-    object sent as JSON text), the value of a record-id key (``SourceTrust.record_id``): an edit
-    given ``changes={"id": "inv-1", "vendor": …}`` changes invoice inv-1. With them, the keys of
-    such objects: the record's field names, not values it was changed to."""
+) -> tuple[set[str], set[str], set[str]]:
+    """What names the records a call acts on, normalised: the values of its arguments ``names``
+    (``role: target``), and, in any object it was given (its arguments too, and an object sent
+    as JSON text), the value of a key that names a record's id (``SourceTrust.record_id``, or
+    a name ending in ``_id``/``Id``): an edit given ``changes={"id": "inv-1", "vendor": …}``
+    changes invoice inv-1. Then, of those, the values of ``names`` (never what such a record
+    was changed to), and the keys of those objects (its field names, not values it was given)."""
     if not isinstance(arguments, Mapping):
-        return set(), set()
-    aimed = {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
-    fields: set[str] = set()
+        return set(), set(), set()
+    targets = {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
+    aimed, fields = set(targets), set[str]()
 
     def walk(v: Any, depth: int) -> None:
         if isinstance(v, str) and depth and v.strip()[:1] == "{":
@@ -283,9 +289,9 @@ def _aimed(
             except ValueError:
                 return
         if isinstance(v, Mapping):
-            key = next((k for k in ids if _id_value(v.get(k))), None)
-            if key is not None:
-                aimed.add(normalise(str(v[key])))
+            keys = [k for k, item in v.items() if _id_key(str(k), ids) and _id_value(item)]
+            if keys:
+                aimed.update(normalise(str(v[k])) for k in keys)
                 fields.update(normalise(str(k)) for k in v)
             for item in v.values():
                 walk(item, depth + 1)
@@ -293,9 +299,13 @@ def _aimed(
             for item in v:
                 walk(item, depth + 1)
 
-    if ids:
-        walk(arguments, 0)
-    return aimed, fields
+    walk(arguments, 0)
+    return aimed, targets, fields
+
+
+def _id_key(key: str, ids: frozenset[str]) -> bool:
+    """Whether an object's ``key`` names a record's id: a source's id field, or ``*_id``/``*Id``."""
+    return key in ids or key.lower().endswith("_id") or (key.endswith("Id") and len(key) > 2)
 
 
 def _id_value(v: Any) -> bool:
