@@ -598,7 +598,11 @@ async def test_a_write_a_store_decodes_is_still_the_runs() -> None:
     assert await _run(tools, NOTE_RULES, request, *steps) == [["untrusted_origin"]]
     assert world.notes[-1]["contacts"] == [STRANGER]  # the premise: the app filed the address
     assert world.received == []
-    # The note's own contact, filed before the run, is still sent the report unreviewed.
+    # The note's own contact, filed before the run, is still sent the report unreviewed (in a
+    # fresh world: beside the note the first run filed under the same title, which of the two
+    # 'Quarterly Review' notes the request means is unsaid, and Carol goes to a reviewer, round 23).
+    world = Notes(mail)
+    tools = [world.read_inbox, world.list_notes, world.upload_note, world.send_email]
     carol = call("send_email", recipients=[CAROL], body="The report.")
     assert (
         await _run(tools, NOTE_RULES, request, (call("read_inbox"),), (call("list_notes"),), (carol,)) == []

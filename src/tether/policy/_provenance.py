@@ -146,6 +146,7 @@ class ProvenanceIndex(Naming, Steering):
         self._named: dict[tuple[str, str, str], bool] = {}
         self._claims: dict[str, set[str]] | None = None  # names the request gives, by naming field
         self._quoted: frozenset[str] | None = None  # spans the request quotes
+        self._twins: dict[tuple[str, str], dict[str, set[tuple[str, str]]]] | None = None  # by name
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
         self._user_sites: set[str] = set()
@@ -539,6 +540,7 @@ class ProvenanceIndex(Naming, Steering):
             if not self.changed(segs)
             for seg in segs
             if seg.whole and (seg.label.trust in classes or seg.field_name in names) and not self.written(seg)
+            if self.twins_state(seg.label)  # no other record of its name states otherwise
         ]
 
     def named_dates(self, trust: Iterable[str]) -> list[Any]:

@@ -48,6 +48,7 @@ class Naming:
     _cased: dict[str, set[str]] | None
     _claims: dict[str, set[str]] | None
     _quoted: frozenset[str] | None
+    _twins: dict[tuple[str, str], dict[str, set[tuple[str, str]]]] | None
 
     if TYPE_CHECKING:
 
@@ -64,6 +65,37 @@ class Naming:
             segs = self._records.get(key, [])
             self._named[key] = any(self._names(seg) and not self._contested(seg) for seg in segs)
         return self._named[key]
+
+    def twins_state(self, label: SourceLabel) -> bool:
+        """Whether every other record the run read under a name of ``label``'s record that the
+        request gives (a title anyone can repeat: an invitation titled as the user's meeting)
+        states, in the same field, the value ``label`` points at. Where the records of one name
+        differ, the request does not tell which one it meant: a value only some of them state
+        is not one the user named (a recurring meeting's participants are the same in each)."""
+        if label.record_id is None:
+            return True
+        segs = self._records.get((label.call_id, label.tool, label.record_id), [])
+        value = next((s for s in segs if s.label == label), None)
+        if value is None or value.text == normalise(label.record_id):
+            return True  # a record's own id: which of them the call acts on is the target's rules
+        if self._twins is None:
+            self._twins = {}
+            for seg in self.segments:
+                if seg.naming != "whole" or seg.label.record_id is None or self.written(seg):
+                    continue
+                if self._names(seg):  # a case twin the request does not write is not named
+                    key = (seg.label.call_id, seg.label.tool, seg.label.record_id)
+                    records = self._twins.setdefault((seg.field_name, seg.text), {})
+                    stated = records.setdefault(seg.label.record_id, set())
+                    stated.update((o.field_name, o.text) for o in self._records.get(key, []))
+        pair = (value.field_name, value.text)
+        for seg in segs:
+            if seg.naming != "whole" or seg.label.trust in VOUCHING or not self._names(seg):
+                continue
+            for record, stated in self._twins.get((seg.field_name, seg.text), {}).items():
+                if record != label.record_id and pair not in stated:
+                    return False
+        return True
 
     def named_records(self) -> list[list[Segment]]:
         """The segments of every record the user named."""

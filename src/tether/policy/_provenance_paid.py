@@ -189,6 +189,8 @@ def named_bounds(
         for seg in segs:
             if not seg.whole or seg.field_name not in names or index.written(seg):
                 continue
+            if not index.twins_state(seg.label):
+                continue  # another record of its name states another sum: which one is unsaid
             if _PLAIN.fullmatch(seg.raw.strip()) and math.isfinite(value := abs(float(seg.raw))):
                 out.append((value, seg.label.describe()))
     return out

@@ -195,7 +195,8 @@ def index_for(
         by_call.setdefault(obs.call_id, []).extend(found)
         segments.extend(found)
         positions.extend([i] * len(found))
-    written, reads = _writes(state, observations, first_seen, writes, targets)
+    ids = frozenset(k for source in (*config.sources.values(), config.default) for k in source.record_id)
+    written, reads = _writes(state, observations, first_seen, writes, targets, ids)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -216,6 +217,7 @@ def _writes(
     first_seen: Mapping[str, int],
     writes: Callable[[str], bool] | None,
     targets: Callable[[str], Iterable[str]] | None,
+    ids: frozenset[str] = frozenset(),
 ) -> tuple[list[Written], dict[str, tuple[int, list[str]]]]:
     """What the calls of ``state`` that reached their tools wrote (``index_for``), each at the
     number of observations made before it, and the calls whose results were observed (with
@@ -241,7 +243,9 @@ def _writes(
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
-        aimed = _aimed(record.arguments, targets(record.tool) if targets is not None else ())
+        aimed, declared, fields = _aimed(
+            record.arguments, targets(record.tool) if targets is not None else (), ids
+        )
         if seen is not None:
             reads[record.call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
@@ -256,16 +260,57 @@ def _writes(
             if text:
                 links = frozenset(link.key for link in find_links(leaf))
                 target = not echo and text in aimed
-                given = tuple(v for v in leaves if normalise(v) not in aimed) if target else ()
+                # What the record was changed to: the call's other values (another record's id
+                # inside it too: ``vendor={"id": …}``), never its targets' ids nor field names.
+                kept = declared | fields | {text}
+                given = tuple(v for v in leaves if normalise(v) not in kept) if target else ()
                 written.append(Written(text, at, links, echo, target=target, given=given))
     return written, reads
 
 
-def _aimed(arguments: Any, names: Iterable[str]) -> set[str]:
-    """The values, normalised, of the arguments ``names`` (those naming the record acted on)."""
+def _aimed(
+    arguments: Any, names: Iterable[str], ids: frozenset[str] = frozenset()
+) -> tuple[set[str], set[str], set[str]]:
+    """What names the records a call acts on, normalised: the values of its arguments ``names``
+    (``role: target``), and, in any object it was given (its arguments too, and an object sent
+    as JSON text), the value of a key that names a record's id (``SourceTrust.record_id``, or
+    a name ending in ``_id``/``Id``): an edit given ``changes={"id": "inv-1", "vendor": …}``
+    changes invoice inv-1. Then, of those, the values of ``names`` (never what such a record
+    was changed to), and the keys of those objects (its field names, not values it was given)."""
     if not isinstance(arguments, Mapping):
-        return set()
-    return {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
+        return set(), set(), set()
+    targets = {normalise(leaf) for name in names for leaf in split_values(arguments.get(name))}
+    aimed, fields = set(targets), set[str]()
+
+    def walk(v: Any, depth: int) -> None:
+        if isinstance(v, str) and depth and v.strip()[:1] == "{":
+            try:
+                v = json.loads(v)
+            except ValueError:
+                return
+        if isinstance(v, Mapping):
+            keys = [k for k, item in v.items() if _id_key(str(k), ids) and _id_value(item)]
+            if keys:
+                aimed.update(normalise(str(v[k])) for k in keys)
+                fields.update(normalise(str(k)) for k in v)
+            for item in v.values():
+                walk(item, depth + 1)
+        elif isinstance(v, list | tuple):
+            for item in v:
+                walk(item, depth + 1)
+
+    walk(arguments, 0)
+    return aimed, targets, fields
+
+
+def _id_key(key: str, ids: frozenset[str]) -> bool:
+    """Whether an object's ``key`` names a record's id: a source's id field, or ``*_id``/``*Id``."""
+    return key in ids or key.lower().endswith("_id") or (key.endswith("Id") and len(key) > 2)
+
+
+def _id_value(v: Any) -> bool:
+    """Whether ``v`` can be a record's id: a string or an integer (not a flag)."""
+    return isinstance(v, str | int) and not isinstance(v, bool) and str(v).strip() != ""
 
 
 ANSWER = "subagent_run"

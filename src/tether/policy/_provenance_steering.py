@@ -62,6 +62,8 @@ class Steering:
 
         def record_named_by_user(self, label: SourceLabel) -> bool: ...
 
+        def twins_state(self, label: SourceLabel) -> bool: ...
+
     def changed(self, segs: Sequence[Segment]) -> bool:
         """Whether the run acted on the record ``segs`` are of (a write whose target named its id,
         ``Written.target``) before it read them: what the record states then may be what its store
@@ -76,8 +78,9 @@ class Steering:
         """Whether the record a value came from is one the user named (``record_named_by_user``)
         and, as read, still states what the user's record does: not after the run changed it with
         a value others gave (``changed_by_others``), which its store may have turned into a
-        destination of their choosing (a vendor id, and the payee the app fills in from it)."""
-        if not self.record_named_by_user(label) or label.record_id is None:
+        destination of their choosing (a vendor id, and the payee the app fills in from it), and
+        only for a value every other record of its name states too (``twins_state``)."""
+        if not self.record_named_by_user(label) or label.record_id is None or not self.twins_state(label):
             return False
         return not self.changed_by_others(self._records.get((label.call_id, label.tool, label.record_id), []))
 
