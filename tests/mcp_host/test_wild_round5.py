@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,14 +54,14 @@ def _ok() -> dict[str, Any]:
     }
 
 
-def _wild_http(mode: str, seen: dict[str, int], released: threading.Event) -> type[Quiet]:
+def _wild_http(mode: str, seen: dict[str, int]) -> type[Quiet]:
     """A Streamable HTTP server by hand (JSON answers; a session id). ``lookup`` answers its first
     and third calls honestly; its second, by ``mode``: ``forged`` under the id of a request never
     sent, ``request`` with a request of its own instead of an answer, ``401``/``403`` refused (the
     401 naming OAuth metadata). ``locked`` refuses everything with 401; ``reopen`` ends each event
     stream (GET) at once with ``retry: 0``, and answers the second call after 2 s;
-    ``unacknowledged`` holds each POSTed notification 30 s (or until ``released``, when the test
-    is done with the server) before its 202. ``seen`` counts each method (and each GET)."""
+    ``unacknowledged`` holds each POSTed notification 30 s before its 202. ``seen`` counts each method
+    (and each GET)."""
 
     class App(Quiet):
         protocol_version = "HTTP/1.1"
@@ -94,7 +93,7 @@ def _wild_http(mode: str, seen: dict[str, int], released: threading.Event) -> ty
             if mode == "locked":
                 return self._send(401, {"error": "invalid_token"}, **{"WWW-Authenticate": OAUTH})
             if ident is None or method is None:  # a notification, or the host's answer
-                released.wait(30.0 if mode == "unacknowledged" else 0.0)
+                time.sleep(30.0 if mode == "unacknowledged" else 0.0)
                 return self._send(202)
             result: dict[str, Any] = {}
             if method == "initialize":
@@ -127,13 +126,9 @@ def _wild_http(mode: str, seen: dict[str, int], released: threading.Event) -> ty
 def _web(mode: str) -> Iterator[tuple[dict[str, Any], dict[str, int]]]:
     """The hand-written server in ``mode``, served on 127.0.0.1, as its config entry and its counts."""
     seen: dict[str, int] = {}
-    released = threading.Event()
-    with serving(_wild_http(mode, seen, released)) as base:
+    with serving(_wild_http(mode, seen)) as base:
         entry = {"name": "web", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
-        try:
-            yield {**entry, "timeout_s": 20}, seen
-        finally:
-            released.set()  # a notification still held is answered: closing waits for its thread
+        yield {**entry, "timeout_s": 20}, seen
 
 
 @pytest.fixture(scope="module")
