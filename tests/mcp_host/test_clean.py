@@ -14,7 +14,7 @@ from tether.mcp._clean import clean_result_data, clean_result_text, escape_for_r
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 
-from .conftest import approve_all, script, stdio_server, web_server, write_config
+from .conftest import approve, script, stdio_server, web_server, write_config
 
 pytestmark = pytest.mark.spec("X2")
 
@@ -65,7 +65,7 @@ def test_the_reviewer_sees_every_hidden_character_escaped() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_hidden_text_in_a_result_never_reaches_the_model_and_the_raw_is_traced_escaped(
-    tmp_path: Path, http_url: str, transport: str
+    tmp_path: Path, http_url: str, approved_pins: Path, transport: str
 ) -> None:
     effects = {"hidden_text": "read", "lookup": "read"}
     h = (
@@ -74,8 +74,9 @@ async def test_hidden_text_in_a_result_never_reaches_the_model_and_the_raw_is_tr
         else web_server("h", http_url, effects=effects, tools=list(effects))
     )
     other = web_server("other", http_url, tools=["wipe"], effects={"wipe": "read"})
-    config = write_config(tmp_path, [h, other])
-    await approve_all(config)
+    config = write_config(tmp_path, [h, other], pins_from=approved_pins)  # the stdio h approved
+    for name in ["other"] if transport == "stdio" else ["h", "other"]:
+        await approve(config, name)
     # The stand-in obeys any "call <tool>" it can read: hidden in a comment and in tag characters.
     run = await run_question(config, "Q", script(("h__hidden_text", {}), ("h__lookup", {"key": "a"})))
     seen = run.seen("h__hidden_text")[0]

@@ -17,7 +17,7 @@ from tether.core.stop import StopReason
 from tether.mcp._elicitation import Answer, ScriptedResponder
 from tether.mcphost._runner import run_question
 
-from .conftest import approve, approve_all, bare_tcp_server, script, stdio_server, web_server, write_config
+from .conftest import approve_all, bare_tcp_server, script, stdio_server, web_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -197,7 +197,6 @@ async def test_server_stderr_is_prefixed_escaped_rate_limited_and_logged(
     config = write_config(
         tmp_path, [stdio_server("h", tools=["chatty"], effects={"chatty": "read"})], pins_from=approved_pins
     )
-    await approve(config, "h")
     capsys.readouterr()
     run = await run_question(config, "Q", script(("h__chatty", {}), "ok"))
     assert "said a lot" in run.seen("h__chatty")[0]
@@ -213,11 +212,12 @@ async def test_server_stderr_is_prefixed_escaped_rate_limited_and_logged(
 
 
 @pytest.mark.spec("X2")
-async def test_a_2026_rug_pull_over_stdio_is_heard_on_the_listen_stream(tmp_path: Path) -> None:
+async def test_a_2026_rug_pull_over_stdio_is_heard_on_the_listen_stream(
+    tmp_path: Path, approved_pins: Path
+) -> None:
     effects = {"lookup": "read", "fetch_note": "read"}
     server = stdio_server("h", effects=effects, recheck="on_change", env={"HOSTILE_RUGPULL": "1"})
-    config = write_config(tmp_path, [server])
-    await approve(config, "h")
+    config = write_config(tmp_path, [server], pins_from=approved_pins)  # h approved (saves a launch)
     run = await run_question(
         config, "Q", script(("h__fetch_note", {}), ("h__lookup", {"key": "a"}), ("h__fetch_note", {}))
     )

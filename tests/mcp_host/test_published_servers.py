@@ -1,8 +1,9 @@
 """Published MCP servers, configured as their READMEs tell users to, under the host: the npm
 reference servers (filesystem, memory, sequential-thinking; by ``node`` and by ``npx -y``) and the
 PyPI ones (time, git, fetch; by their console scripts, ``python -m`` and ``uvx``). Each is listed,
-pinned, called and shut down confined (``sandbox: auto``). Installed once per module into a
-temporary folder; skipped, with the reason, where node/npm, pip or a registry is unavailable."""
+pinned, called and shut down confined (``sandbox: auto``). Installed once per test session (xdist
+workers share the install) into a temporary folder; skipped, with the reason, where node/npm, pip
+or a registry is unavailable."""
 
 from __future__ import annotations
 
@@ -34,47 +35,10 @@ from .conftest import approve, script, write_config
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
 SCOPE = "@modelcontextprotocol"
-NPM_PACKAGES = ("server-filesystem", "server-memory", "server-sequential-thinking")
-PYPI_PACKAGES = ("mcp-server-time", "mcp-server-git", "mcp-server-fetch")
 FS_READS = {t: "read" for t in ("read_text_file", "list_directory", "list_allowed_directories")}
 
 
-# -- installs, once per module ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def npm_servers(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The three npm servers installed into one folder (``node_modules/@modelcontextprotocol``)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm/node are not installed")
-    folder = tmp_path_factory.mktemp("npm")
-    packages = [f"{SCOPE}/{p}" for p in NPM_PACKAGES]
-    command = ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", *packages]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm install timed out (no registry?)")
-    scope = folder / "node_modules" / SCOPE
-    if done.returncode != 0 or not all((scope / p / "dist" / "index.js").exists() for p in NPM_PACKAGES):
-        pytest.skip(f"npm could not install {packages}: {(done.stderr or done.stdout)[-300:]}")
-    return scope
-
-
-@pytest.fixture(scope="module")
-def pypi_servers(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment with the three PyPI servers (its ``bin`` folder), made as
-    ``python -m venv`` makes one on Linux (its interpreter a link)."""
-    folder = tmp_path_factory.mktemp("pypi") / "venv"
-    venv.EnvBuilder(with_pip=True, symlinks=True).create(folder)
-    python = folder / "bin" / "python"
-    command = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PYPI_PACKAGES]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.skip("pip install timed out (no registry?)")
-    if done.returncode != 0:
-        pytest.skip(f"pip could not install {PYPI_PACKAGES}: {(done.stderr or done.stdout)[-300:]}")
-    return folder / "bin"
+# -- the installs (npm_servers, pypi_servers) are conftest's session fixtures ---------------------
 
 
 def _launcher_cached(command: list[str], what: str) -> None:

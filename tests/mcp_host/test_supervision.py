@@ -64,7 +64,7 @@ def _connection_events(trace: list[dict[str, Any]], server: str) -> list[dict[st
 @pytest.mark.slow  # an HTTP server process and a stdio server process
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_http_server_dying_mid_call_is_unavailable_and_the_other_server_still_answers(
-    tmp_path: Path, http_process: HttpProcess, mode: str
+    tmp_path: Path, http_process: HttpProcess, approved_pins: Path, mode: str
 ) -> None:
     config = write_config(
         tmp_path,
@@ -72,9 +72,9 @@ async def test_http_server_dying_mid_call_is_unavailable_and_the_other_server_st
             web_server("web", http_process.url, mode=mode, tools=["die", "lookup"], effects=READS),
             stdio_server("b", mode=mode, tools=["lookup"], effects=LOOKUP),
         ],
+        pins_from=approved_pins,  # b's pins (saves a launch)
     )
     await approve(config, "web")
-    await approve(config, "b")
     run = await run_question(
         config, "Q", script(("web__die", {}), ("b__lookup", {"key": "z"}), "done after a lost server")
     )
@@ -137,7 +137,7 @@ async def test_http_server_gone_at_connect_leaves_the_other_server_working(
 @pytest.mark.slow  # HTTP and stdio server processes, two runs
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_http_server_dying_between_runs_is_quarantined_without_a_restart(
-    tmp_path: Path, http_process: HttpProcess, mode: str
+    tmp_path: Path, http_process: HttpProcess, approved_pins: Path, mode: str
 ) -> None:
     config = write_config(
         tmp_path,
@@ -145,9 +145,9 @@ async def test_http_server_dying_between_runs_is_quarantined_without_a_restart(
             web_server("web", http_process.url, mode=mode, tools=["lookup"], effects=LOOKUP),
             stdio_server("b", mode=mode, tools=["lookup"], effects=LOOKUP),
         ],
+        pins_from=approved_pins,  # b's pins (saves a launch)
     )
     await approve(config, "web")
-    await approve(config, "b")
     host = build_host(config)
     try:
         first, model = await _run(host, script(("web__lookup", {"key": "one"}), "first"))
@@ -200,12 +200,14 @@ async def test_http_server_back_between_runs_is_reconnected_with_restart_on_fail
 
 
 @pytest.mark.slow  # stdio server processes, restarted
-async def test_stdio_server_restarts_on_failure_a_bounded_number_of_times(tmp_path: Path) -> None:
+async def test_stdio_server_restarts_on_failure_a_bounded_number_of_times(
+    tmp_path: Path, approved_pins: Path
+) -> None:
     config = write_config(
         tmp_path,
         [stdio_server("a", tools=["die", "lookup"], effects=READS, restart="on_failure", max_restarts=1)],
+        pins_from=approved_pins,
     )
-    await approve(config, "a")
     run = await run_question(
         config,
         "Q",
@@ -231,12 +233,13 @@ async def test_stdio_server_restarts_on_failure_a_bounded_number_of_times(tmp_pa
 
 @pytest.mark.slow  # a stdio server process killed between runs, then started again
 async def test_stdio_server_exiting_between_runs_is_noticed_before_the_next_call_and_restarted(
-    tmp_path: Path,
+    tmp_path: Path, approved_pins: Path
 ) -> None:
     config = write_config(
-        tmp_path, [stdio_server("a", tools=["lookup"], effects=LOOKUP, restart="on_failure", max_restarts=1)]
+        tmp_path,
+        [stdio_server("a", tools=["lookup"], effects=LOOKUP, restart="on_failure", max_restarts=1)],
+        pins_from=approved_pins,
     )
-    await approve(config, "a")
     host = build_host(config)
     try:
         _, model = await _run(host, script(("a__lookup", {"key": "one"}), "first"))

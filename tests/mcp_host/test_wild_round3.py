@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -441,38 +438,13 @@ async def test_a_servers_tool_named_like_a_host_tool_is_blocked_and_two_host_too
 
 # -- real servers from npm and PyPI, launched the ordinary way ---------------------------------------
 
-NPM = ("@modelcontextprotocol/server-filesystem", "@modelcontextprotocol/server-memory")
-PYPI = ("mcp-server-time", "mcp-server-git")
 
-
-def _run_steps(steps: list[list[str]]) -> str | None:
-    """Run ``steps`` in order; why they could not all run (a reason to skip), else ``None``."""
-    for step in steps:
-        try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=600, check=False)
-        except subprocess.TimeoutExpired:
-            return f"{step[0]} timed out (no registry?)"
-        if done.returncode != 0:
-            return f"{' '.join(step[:2])} failed (no registry?): {(done.stderr or done.stdout)[-300:]}"
-    return None
-
-
-@pytest.fixture(scope="module")
-def real_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """The npm and PyPI servers installed once into folders of their own (never the test venv)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npm/node are not installed")
-    folder = tmp_path_factory.mktemp("real")
-    npm = ["npm", "install", "--prefix", str(folder / "npm"), "--no-audit", "--no-fund", "--silent", *NPM]
-    venv = folder / "venv"
-    pip = [str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", *PYPI]
-    # The two registries side by side: each chain waits on the network more than it computes.
-    with ThreadPoolExecutor(2) as pool:
-        chains = [[npm], [[sys.executable, "-m", "venv", str(venv)], pip]]
-        failures = [f for f in pool.map(_run_steps, chains) if f]
-    if failures:
-        pytest.skip(failures[0])
-    yield {"bin": folder / "npm/node_modules/.bin", "venv": venv / "bin"}
+@pytest.fixture
+def real_servers(npm_servers: Path, pypi_servers: Path) -> dict[str, Path]:
+    """The npm and PyPI servers, installed once per session into folders of their own (never the
+    test venv; conftest's ``npm_servers`` and ``pypi_servers``, shared with the published-server
+    tests): npm's ``.bin`` folder of launchers and the venv's ``bin``."""
+    return {"bin": npm_servers.parent / ".bin", "venv": pypi_servers}
 
 
 @pytest.mark.slow
