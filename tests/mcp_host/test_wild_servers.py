@@ -222,12 +222,14 @@ def test_tool_names_are_found_in_text_exactly_as_the_whole_word_pattern_finds_th
 
 @pytest.mark.parametrize("unit", ["x", "a%", "%41", "a.", "a-", "a-a__", "call ", "a=", "You must. "])
 def test_the_review_reads_a_long_hostile_description_in_linear_time(unit: str) -> None:
-    """Half a mebibyte of one repeated piece: patterns tried from every position of a long run
-    (``\\b[...]+@``, ``[...]*%XX``) or a whole-text pass for each ``call`` took hours."""
-    text = (unit * (1 << 19))[: 1 << 19]
-    started = time.monotonic()
+    """256 KiB of one repeated piece: patterns tried from every position of a long run
+    (``\\b[...]+@``, ``[...]*%XX``) or a whole-text pass for each ``call`` grew with the square
+    of the length (one such pattern: 1.1 s CPU at 16 KiB here, about 280 s at 256 KiB; the scan
+    takes about 2 s). CPU time, not wall time: other processes' load does not count."""
+    text = (unit * (1 << 18))[: 1 << 18]
+    started = time.process_time()
     scan_definition({"name": "huge", "description": text, "inputSchema": {"type": "object"}}, ["a__b"])
-    assert time.monotonic() - started < 30
+    assert time.process_time() - started < 30
 
 
 async def test_a_server_with_a_huge_description_is_reviewed_and_its_other_tools_served(
