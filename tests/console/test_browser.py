@@ -72,9 +72,14 @@ def cli(*args: str, stdin: str = "", env: dict[str, str]) -> subprocess.Complete
     )
 
 
-@pytest.fixture
-def served(tmp_path: Path, notes_server: NotesServer) -> Iterator[tuple[World, str]]:
-    """Two tenants' paused runs, users made with ``tether users``, and ``tether serve`` running."""
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, notes_server: NotesServer
+) -> Iterator[tuple[World, str]]:
+    """Two tenants' paused runs, users made with ``tether users``, and ``tether serve`` running:
+    one for this module (each test decides proposals of its own, and reads nothing the other
+    leaves in a way that changes what it checks)."""
+    tmp_path = tmp_path_factory.mktemp("served")
     world = World(
         root=tmp_path,
         db=tmp_path / "approvals.db",
@@ -98,10 +103,12 @@ def served(tmp_path: Path, notes_server: NotesServer) -> Iterator[tuple[World, s
         users.grant(name, tenant, role)
     users.close()
     port = free_port()
+    log = tmp_path / "serve.log"  # a file, not a pipe nobody reads: never blocks the server
+    out = log.open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "tether.cli", "serve", "--port", str(port), "--db", str(world.db),
          "--users", str(world.users_db), "--traces", str(world.traces), "--config", str(world.config)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -112,7 +119,7 @@ def served(tmp_path: Path, notes_server: NotesServer) -> Iterator[tuple[World, s
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 server.kill()
-                pytest.fail(f"tether serve did not start: {server.stdout.read() if server.stdout else ''}")
+                pytest.fail(f"tether serve did not start: {log.read_text()}")
             time.sleep(0.1)
     try:
         yield world, base
@@ -122,6 +129,7 @@ def served(tmp_path: Path, notes_server: NotesServer) -> Iterator[tuple[World, s
             server.wait(timeout=10)
         except subprocess.TimeoutExpired:
             server.kill()
+        out.close()
 
 
 @pytest.fixture
