@@ -491,7 +491,12 @@ async def test_every_fault_ends_honestly(
     p, result, received = await exchange(tmp_path, wire, fault, mode)
     expect = fault.expected(p)
     stops = [e.to_json() for e in result.events if str(e.kind) == "stop"]
-    assert (result.stop_reason, received) == (expect.stop, expect.requests), result.detail
+    if fault.timeout_s <= RECOVERY_TIMEOUT_S:
+        # An attempt cut by a timeout this short may end before a loaded server has read its
+        # request: the client's own count ("gave up after 2 attempts", in the detail) decides.
+        assert (result.stop_reason, 1 <= received <= expect.requests) == (expect.stop, True), result.detail
+    else:
+        assert (result.stop_reason, received) == (expect.stop, expect.requests), result.detail
     assert len(stops) == 1 and stops[0]["reason"] == str(expect.stop)
     for piece in expect.detail:
         assert piece in result.detail
