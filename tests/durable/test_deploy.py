@@ -149,7 +149,7 @@ def test_a_worker_without_init_refuses_a_mistyped_schema_and_creates_nothing(
         code, out, _, _ = _cli(capsys, "runs", "workers", "--db", pg_url, "--json")
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(120)  # a drain under load: a generous deadline
     assert code == 0 and [w["executor_id"] for w in out["workers"]] == ["init-ok"]
 
 
