@@ -91,8 +91,13 @@ def _until(what: str, probe: Any, timeout_s: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def worker(durable_url: str, tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+@pytest.fixture(scope="module")
+def worker(
+    durable_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """One worker serving the agent file for the module (its launch is most of a test's time);
+    a test that edits the file's folder puts it back."""
+    tmp_path = tmp_path_factory.mktemp("agent-file-runs")
     folder = tmp_path / "agent"
     folder.mkdir()
     agent = _agent_folder(folder)
@@ -110,7 +115,7 @@ def worker(durable_url: str, tmp_path: Path) -> Iterator[tuple[Path, subprocess.
         yield agent, proc
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.wait(90)
 
 
 @pytest.mark.spec("T5", "X5", "L1")
@@ -172,30 +177,37 @@ def test_a_run_of_another_version_of_the_agent_file_waits_for_a_worker_of_that_v
     [old] = [w["app_version"] for w in workers["workers"] if w["state"] == "alive"]
     # The tool module the file imports is edited: a new version, though the file is the same.
     tools = agent.parent / "tools.py"
-    tools.write_text(tools.read_text().replace("Add a note", "Add one note"))
-    code, sub = _cli(capsys, "submit", "--agent", str(agent), "ask", *db, "--json")
-    assert code == 0
-    time.sleep(2.0)
-    _, shown = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
-    assert shown["status"] == "queued" and shown["version"] != old  # the old worker did not take it
-    # A worker of the new version takes it.
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    cmd = [
-        sys.executable, "-m", "tether.cli", "worker", "--db", durable_url, "--app", str(agent),
-        "--executor-id", f"af2-{uuid.uuid4().hex[:6]}", "--poll", "0.1",
-    ]  # fmt: skip
-    log = (tmp_path / "worker2.log").open("ab")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=tmp_path)
+    original = tools.read_text()
+    notes = agent.parent / "notes.log"
+    noted = notes.read_text() if notes.exists() else ""
+    tools.write_text(original.replace("Add a note", "Add one note"))
     try:
-        assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
+        code, sub = _cli(capsys, "submit", "--agent", str(agent), "ask", *db, "--json")
+        assert code == 0
+        _, shown = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
+        assert shown["status"] == "queued" and shown["version"] != old
+        # A worker of the new version takes it. The old worker, polling every 0.1 s all through
+        # that worker's launch, never does: the run's first workflow is the new worker's.
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        cmd = [
+            sys.executable, "-m", "tether.cli", "worker", "--db", durable_url, "--app", str(agent),
+            "--executor-id", f"af2-{uuid.uuid4().hex[:6]}", "--poll", "0.1",
+        ]  # fmt: skip
+        log = (tmp_path / "worker2.log").open("ab")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=tmp_path)
+        try:
+            assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
 
-        def taken() -> dict[str, Any] | None:
-            _, view = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
-            return view if view.get("status") != "queued" else None
+            def taken() -> dict[str, Any] | None:
+                _, view = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
+                return view if view.get("status") != "queued" else None
 
-        view = _until("the new version's worker to take the run", taken)
-        assert view["workflows"][0]["executor"].startswith("af2-") and view["version"] == shown["version"]
+            view = _until("the new version's worker to take the run", taken)
+            assert view["workflows"][0]["executor"].startswith("af2-")
+            assert view["version"] == shown["version"]
+        finally:
+            proc.terminate()
+            proc.wait(90)
     finally:
-        proc.terminate()
-        proc.wait(20)
-    assert not (agent.parent / "notes.log").exists()
+        tools.write_text(original)  # the module's worker serves the file as it was
+    assert (notes.read_text() if notes.exists() else "") == noted  # nothing noted by this run

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -49,11 +50,14 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_survivor_continues(
         cluster.start("w1")
         rid = client.submit(durable_app.APP, "dr-1: note a; note b", ACME)
         _until("the first effect", lambda: [r for r in durable_app.effects() if r[2] == "dr-1:a"])
-        stopped = time.monotonic()
         cluster.procs["w1"].send_signal(signal.SIGTERM)
-        assert cluster.procs["w1"].wait(20) == 0
-        took = time.monotonic() - stopped
-        assert 1.0 < took < 15, took  # it waited for the effect's step, not for the whole run
+        try:  # a generous deadline, never a timed assertion: the drain's grace is 30 s here
+            assert cluster.procs["w1"].wait(90) == 0
+        except subprocess.TimeoutExpired:
+            raise AssertionError((cluster_dir / "w1.log").read_text()[-3000:]) from None
+        # It waited for the effect's step (it finished: recorded below), not for the whole run:
+        # the second effect never started on this worker.
+        assert [r[2] for r in durable_app.effects() if r[2].startswith("dr-1:")] == ["dr-1:a"]
         view = client.run(rid)
         assert view.status == "running"  # handed back, not failed, not finished here
         [entry] = blocking(client.stores.approvals.ledger_for_run, rid)

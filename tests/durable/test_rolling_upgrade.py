@@ -131,8 +131,8 @@ class Operator:
     def signal(self, name: str, sig: int) -> int:
         proc = self.procs.pop(name)
         proc.send_signal(sig)
-        try:  # a drain: the grace (20 s), then the exit's own bound (worker_exit_forced)
-            return proc.wait(60)
+        try:  # a drain: the grace (20 s), then the exit's own bound (worker_exit_forced), under load
+            return proc.wait(120)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError((self.folder / f"{name}.log").read_text()[-3000:]) from None
@@ -407,7 +407,7 @@ def _old_runs_go_on(url: str, folder: Path, capsys: Any, version: str | None) ->
         assert sorted(logged) == ["5", "ol-1:a", "ol-1:b", "ol-2:c"], logged  # the payment once
     finally:
         worker.terminate()
-        worker.wait(30)
+        worker.wait(120)  # a drain under load: a generous deadline
         client.close()
         os.environ.pop("DURABLE_DIR", None)
 

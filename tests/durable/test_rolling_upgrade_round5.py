@@ -108,7 +108,7 @@ def test_workers_given_the_url_as_written_and_as_sqlalchemy_serve_one_queue(
         assert sorted(r[2] for r in durable_app.effects()) == ["7", "up-2:c"]  # each once
     finally:
         worker.terminate()
-        worker.wait(30)
+        worker.wait(120)  # a drain under load: a generous deadline
         old.destroy()
         os.environ.pop("DURABLE_DIR", None)
 

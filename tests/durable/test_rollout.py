@@ -44,6 +44,11 @@ class Workers:
             self.code[version] = path
 
     def start(self, name: str, version: str) -> None:
+        self.spawn(name, version)
+        self.ready(name)
+
+    def spawn(self, name: str, version: str) -> None:
+        """Launch a worker; it serves the queue once ``ready`` read its line (launches overlap)."""
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(self.code[version])]),
@@ -57,16 +62,22 @@ class Workers:
             "--poll", "0.1", "--grace", "20",
         ]  # fmt: skip
         log = (self.folder / f"{name}.log").open("ab")
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
+        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
+
+    def ready(self, name: str) -> None:
+        proc = self.procs[name]
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line and json.loads(line)["ready"], (self.folder / f"{name}.log").read_text()[-3000:]
-        self.procs[name] = proc
 
     def drain(self, name: str) -> None:
         proc = self.procs.pop(name)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(40) == 0
+        try:  # the grace (20 s), then the exit's own bound: a generous deadline under load
+            assert proc.wait(120) == 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError((self.folder / f"{name}.log").read_text()[-3000:]) from None
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -134,15 +145,22 @@ def test_a_rolling_upgrade_of_three_workers_while_runs_flow_loses_none(
 
     try:
         for name in ("w1", "w2", "w3"):
-            workers.start(name, "v1")
+            workers.spawn(name, "v1")
+        for name in ("w1", "w2", "w3"):
+            workers.ready(name)
         submit(8)
         held.add(runs["ru-2"])  # a payment of version 1, left for after the upgrade
         v1 = versions["ru-0"]
-        time.sleep(1.0)
+        # Version 1's other payment asks a person, who decides it before version 2 arrives.
+        deadline = time.monotonic() + 90
+        while not blocking(client.stores.approvals.list_proposals, run_id=runs["ru-5"]):
+            assert time.monotonic() < deadline, client.run(runs["ru-5"])
+            time.sleep(0.1)
         decide()
         # Version 2 arrives: new runs go to it; the old workers drain one by one.
         workers.start("n1", "v2")
         submit(6)
+        workers.spawn("n2", "v2")  # launching while w1 drains; it serves the queue after
         workers.drain("w1")
         during = {
             w["executor_id"].split("-")[0]: (w["state"], w["app_version"]) for w in cli("workers")["workers"]
@@ -150,7 +168,7 @@ def test_a_rolling_upgrade_of_three_workers_while_runs_flow_loses_none(
         assert during["w1"] == ("stopped", v1) and during["w2"] == ("alive", v1)
         assert during["n1"][0] == "alive" and during["n1"][1] != v1
         decide()
-        workers.start("n2", "v2")
+        workers.ready("n2")
         submit(6)
         workers.drain("w2")
         v2 = versions[f"ru-{len(runs) - 1}"]
@@ -167,9 +185,10 @@ def test_a_rolling_upgrade_of_three_workers_while_runs_flow_loses_none(
         assert runs["ru-2"] in {r["run_id"] for r in paused}
         for row in paused:
             assert cli("move", row["run_id"], "--to", "latest")["to"] == v2
+        workers.spawn("n3", "v2")
         workers.drain("w3")
         held.clear()  # the person approves now: the run resumes on version 2
-        workers.start("n3", "v2")
+        workers.ready("n3")
         submit(30 - len(runs))
         deadline = time.monotonic() + 180
         while True:

@@ -83,7 +83,10 @@ def test_a_stopped_worker_exits_past_a_tool_thread_that_never_returns(
         while not (tmp_path / "started").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (tmp_path / "started").exists(), log.read_text()[-3000:]
-        time.sleep(0.5)  # a quick call has returned by now; a hanging one is still in its thread
+        if not seconds:  # the quick call returns and its run finishes before the stop
+            while "run_finished" not in [e["event"] for e in _events(log)] and time.monotonic() < deadline:
+                time.sleep(0.05)
+        # (a hanging call is in its thread once "started" is written: the tool wrote it there)
         proc.send_signal(signal.SIGTERM)
         # The grace (1 s) and the last joins, not the tool's 120 s.
         assert proc.wait(60) == 0
