@@ -1,6 +1,7 @@
 """A worker told to stop ends in bounded time: the grace, then out — even while a tool's thread
 will not finish (a blocking call the host cannot interrupt). Python's own exit would wait on
-that thread for as long as it runs; the worker says which threads it left and exits."""
+that thread for as long as it runs; the worker says which threads it left and exits. And the
+stop is heard whichever of the worker's threads the kernel hands the signal to."""
 
 from __future__ import annotations
 
@@ -104,3 +105,52 @@ def test_a_stopped_worker_exits_past_a_tool_thread_that_never_returns(
         assert one["threads"]  # named, for the operator
     else:
         assert stopped["cut_steps"] == 0 and forced == []  # an ordinary stop leaves no thread behind
+
+
+FAKE_WORKER = """
+import json, signal, sys, threading, time
+
+from tether.cli._commands.worker import _work
+from tether.durable import WorkerConfig
+
+
+class Fake:
+    executor_id = "fake"
+
+    def __init__(self, config):
+        pass
+
+    def start(self):
+        def hit():
+            time.sleep(0.2)
+            # The process's SIGTERM, as the kernel may deliver it: to a thread other than main.
+            signal.pthread_kill(threading.get_ident(), {sig})
+            time.sleep(120)
+
+        threading.Thread(target=hit, daemon=True).start()
+        return self
+
+    def stop(self):
+        print(json.dumps({{"stopped": True}}), flush=True)
+
+    def queue_depth(self):
+        return 0
+
+
+sys.exit(_work(Fake, WorkerConfig("sqlite:///unused.db", apps=("a",)), as_json=True))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_delivered_to_another_thread_still_drains_the_worker(tmp_path: Path, sig: str) -> None:
+    """The worker's main thread waits for the stop; a signal the kernel gives one of the
+    worker's other threads (DBOS's, a pool's) only flags it. An untimed wait never looked: the
+    worker ran on after SIGTERM until killed (a rolling upgrade's drain that never came)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    script = FAKE_WORKER.format(sig=f"signal.{sig}")
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert lines[0]["ready"] is True  # it served first: the signal came while it waited
+    assert lines[-1] == {"stopped": True} and proc.returncode == 0, proc.stderr[-2000:]

@@ -140,7 +140,11 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
     ready["ready"] = True
     emit_json(ready, exit=0)
     try:
-        stop.wait()
+        # Woken twice a second: a signal the kernel gives one of the worker's other threads only
+        # flags it for the main thread, which an untimed wait would never notice (the worker
+        # ignored SIGTERM for good).
+        while not stop.wait(0.5):
+            pass
     finally:
         worker.stop()
         if meters is not None:
