@@ -57,7 +57,7 @@ def _log(name, line):
         os.close(fd)
 
 
-@tool(effect=Effect.READ)
+@tool(effect=Effect.READ, timeout_s=600)  # held at the gate while workers start on a busy machine
 async def look(item: Annotated[str, Field(description="Item id.")], ctx: ToolContext) -> dict:
     """Look an item up (it waits while the test holds this version's gate)."""
     _log("reads.log", f"{{ctx.run_id}}\\t{{VERSION}}")
