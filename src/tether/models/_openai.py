@@ -391,7 +391,8 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     call (servers that number every parallel call 0); one whose call there is not yet whole is
     an unreadable stream (the two would be read as one call). A name is streamed in pieces or sent
     once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
-    none."""
+    none, and one that names the call otherwise once its arguments began, or under its id again,
+    is an unreadable stream (two names for one call)."""
     index, fn = tc.get("index"), tc.get("function") or {}
     index = None if index is None else _index(index)  # "1" is 1, as in the chunk before
     if index is None:  # the call with its id; without one, the call begun last; else a new one
@@ -410,9 +411,15 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     slot = calls.get(key)
     if slot is None:
         slot = calls[key] = {"id": "", "name": "", "arguments": []}
+    again = bool(tc.get("id")) and tc["id"] == slot["id"]  # the call's id said again
     if tc.get("id"):
         slot["id"] = tc["id"]
     if fn.get("name") and fn["name"] != slot["name"]:  # a name repeated in every delta is said once
+        if slot["name"] and (slot["arguments"] or again):
+            # Another name for a call already named (its arguments begun, or its id said again):
+            # which tool is it? Read as pieces, the two names would join into a third.
+            why = f"call {slot['id']!r} named {slot['name']!r} was renamed {fn['name']!r} mid-call"
+            raise Retryable("stream_unreadable", why)
         slot["name"] += fn["name"]
         if on_delta is not None:
             on_delta("tool_call", fn["name"])

@@ -249,11 +249,9 @@ class OpenAIResponses(OpenAIBackend):
         calls: list[ToolCall] = []
         kept: list[dict[str, Any]] = []
         thought: list[str] = []
-        unfinished = False  # an item that says it is incomplete
         unsendable = 0  # reasoning items that could not be sent back
         for item in output:
             kind = item.get("type")
-            unfinished = unfinished or item.get("status") == "incomplete"
             if kind == "message":
                 for part in item.get("content") or ():
                     if part.get("type") in ("output_text", "text"):
@@ -273,6 +271,7 @@ class OpenAIResponses(OpenAIBackend):
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
+        unfinished = _unfinished(data.get("output")) or any(i.get("status") == "incomplete" for i in output)
         if status == "incomplete" or ((cut or unfinished) and status in ("completed", None)):
             # A response that says why it is incomplete, or has an item that says it is, is
             # incomplete whatever its status says (a server that always says completed): the
@@ -363,7 +362,10 @@ class _Said:
     def item(self, into: dict[object, dict[str, Any]], event: Mapping[str, Any]) -> dict[str, Any]:
         item = event.get("item") or {}
         begins = into is self.added or next(reversed(self.order), None) in self.done
-        into[self.key(event, item, begins)] = item
+        key = self.key(event, item, begins)
+        if into is self.done and isinstance(item, dict):
+            _same_item(self.added.get(key), item)
+        into[key] = item
         return item
 
     def check(self, event: Mapping[str, Any], arguments: object) -> None:
@@ -404,6 +406,22 @@ class _Said:
     @staticmethod
     def joined(pieces: dict[object, list[str]], key: object) -> list[str]:
         return ["".join(pieces[key])] if key in pieces else []
+
+
+_IDENTITY = ("type", "id", "call_id", "name")  # what an item is: said when added, kept when done
+
+
+def _same_item(added: object, done: Mapping[str, Any]) -> None:
+    """An item's ``output_item.done`` must be the item its ``added`` began: another type, id,
+    ``call_id`` or tool name where both state one is a garbled stream (which call would run,
+    and which id would its result answer?), not the done item silently taking its place."""
+    if not isinstance(added, dict):
+        return
+    for field in _IDENTITY:
+        was, now = added.get(field), done.get(field)
+        if was and now and was != now:
+            why = f"an item added with {field} {str(was)[:80]!r} is done with {field} {str(now)[:80]!r}"
+            raise Retryable("stream_unreadable", why)
 
 
 def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
@@ -531,6 +549,15 @@ def _typed(value: Any) -> Any:
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended
+
+
+def _unfinished(output: object) -> bool:
+    """Whether an item the response lists says it did not finish: ``incomplete``, or still under
+    way (``in_progress``: a call whose arguments, or text, may be cut) in a response that says it
+    ended. Items a stream built from ``output_item.added`` alone are asked only for
+    ``incomplete`` (they say ``in_progress`` as added: a server that sends no done events)."""
+    items = output if isinstance(output, list) else ()
+    return any(isinstance(i, dict) and i.get("status") in ("incomplete", *_UNDER_WAY) for i in items)
 
 
 def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
