@@ -12,11 +12,15 @@ another tool, ``call_id``, item id or type than its ``output_item.added`` (befor
 silently took its place and the call ran under the name it ended with; ``_responses._same_item``);
 a Responses answer whose ``status`` says completed while an item it lists is still
 ``in_progress`` (a call whose arguments may be cut; before: run; now ended as incomplete, its
-calls not run; ``_responses._unfinished``).
+calls not run; ``_responses._unfinished``); an Anthropic ``content_block_start`` reusing the index
+of a call not stopped whose input is not yet whole JSON (before: the first call was read with its
+cut input, refused as malformed, the second run, and the run ``accepted``; ``_anthropic._Blocks``),
+as round 17's chat call begun over a cut one is.
 
 Held as they were (pinned here): variants — a chat call's name streamed in pieces, a proxy that
 repeats the call's id and whole name in every delta, a chat ``stop`` finish beside calls (servers
-that always say ``stop``), an Anthropic ``end_turn`` beside a tool block; faults — Responses
+that always say ``stop``), an Anthropic ``end_turn`` beside a tool block, Anthropic calls all
+numbered 0 (with their block stops, or none at all); faults — Responses
 ``function_call_arguments.done`` contradicting its deltas, a chat ``tool_calls`` finish or an
 Anthropic ``tool_use`` stop with no call (retried as unusable).
 """
@@ -28,7 +32,7 @@ from typing import Any
 
 import pytest
 from test_faults_heldout import ANSWER, ORDER, run_case, twice
-from test_faults_round3 import assert_outcome, walk
+from test_faults_round3 import OTHER, assert_outcome, walk
 from test_faults_round4 import SERVERS4, Round4, round_params, then_good
 
 from tether_testing.fake_server import Reply
@@ -130,6 +134,27 @@ def items_status(status: str) -> Callable[[list[Any]], list[Any]]:
     return edit
 
 
+def _anthropic_two_calls_at(index: int, *, cut_first: bool, stops: bool) -> Callable[[list[Any]], list[Any]]:
+    """Anthropic: both calls' blocks numbered ``index``; ``cut_first``: the first call's last
+    input piece lost and its stop not sent (the second begins over it); ``stops``: block stops
+    kept (else none is sent)."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        first = next(n for n, i in enumerate(items) if _is_event(i, "content_block_stop"))
+        out = []
+        for n, item in enumerate(items):
+            if cut_first and n in (first - 1, first):
+                continue  # the first call's last input piece and its stop
+            if _is_event(item, "content_block_stop") and not stops:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("index"), int):
+                item = {**item, "index": index}
+            out.append(item)
+        return out
+
+    return edit
+
+
 def finish(reason: str) -> Callable[[list[Any]], list[Any]]:
     """The finish (chat ``finish_reason``, Anthropic ``stop_reason``) replaced by ``reason``."""
 
@@ -165,7 +190,18 @@ CASES = [
            True, requests=3, at=("chat/stream/http",)),
     Round4("responses_done_item_names_another_tool_then_good", then_good(calls(done_item(
         name="delete_order"))), True, requests=3, at=("responses/stream/http",)),
+    Round4("anthropic_two_calls_numbered_0", lambda p, s: [Reply.calls(
+        ORDER, OTHER, edit=_anthropic_two_calls_at(0, cut_first=False, stops=True)), Reply.text(ANSWER)],
+           True, calls=("ok", "ok"),
+           at=("anthropic/stream/http",)),
+    Round4("anthropic_two_calls_numbered_0_without_stops", lambda p, s: [Reply.calls(
+        ORDER, OTHER, edit=_anthropic_two_calls_at(0, cut_first=False, stops=False)), Reply.text(ANSWER)],
+           True, calls=("ok", "ok"), at=("anthropic/stream/http",)),
     # -- faults ------------------------------------------------------------------------------
+    Round4("anthropic_a_call_begun_over_a_cut_call", twice(lambda p, s: Reply.calls(
+        ORDER, OTHER, edit=_anthropic_two_calls_at(0, cut_first=True, stops=True))), False,
+           ("began at index 0 over a call whose input is not whole", "gave up"),
+           at=("anthropic/stream/http", "anthropic/stream/sdk")),
     Round4("chat_a_call_renamed_after_its_arguments", twice(calls(renamed_after_arguments)), False,
            ("renamed 'delete_order' mid-call", "gave up"), at=CHAT_STREAMS),
     Round4("chat_a_call_renamed_under_its_id", twice(calls(renamed_under_its_id)), False,

@@ -265,6 +265,8 @@ class AnthropicMessages(HTTPBackend):
                     block["_json"] = []
                     if on_delta is not None:
                         on_delta("tool_call", str(block.get("name", "")))
+            elif kind == "content_block_stop":
+                blocks.stop(event.get("index"))
             elif kind == "message_start":
                 message = event.get("message") or {}
                 model = str(message.get("model") or model)
@@ -282,7 +284,7 @@ class AnthropicMessages(HTTPBackend):
             elif kind == "message_stop":
                 ending.done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
-            # content_block_stop, ping and event types added later carry nothing to keep
+            # ping and event types added later carry nothing to keep
         if not ending.whole():
             why = "the stream ended without message_stop or a stop reason"
             if ending.finish is not None:  # out of order: what followed the stop reason may be cut
@@ -340,11 +342,14 @@ class _Blocks:
     official SDK's accumulator appends one: a start at an index already used (a translating
     proxy that numbers every block 0) does not overwrite the block before it and lose its text.
     A delta goes to the block its index names; without an index (a proxy that drops it), to
-    the block begun last, as a chat tool-call delta without one continues the call begun last."""
+    the block begun last, as a chat tool-call delta without one continues the call begun last.
+    A start at the index of a call not stopped whose input is begun but not whole JSON is an
+    unreadable stream, as a chat call begun over such a call is (``_openai._add_call_delta``)."""
 
     def __init__(self) -> None:
         self.order: list[dict[str, Any]] = []
         self.at: dict[object, dict[str, Any]] = {}
+        self.stopped: set[int] = set()  # the blocks (by ``id``) a ``content_block_stop`` ended
 
     @classmethod
     def held(cls, content: Any) -> _Blocks:
@@ -357,9 +362,19 @@ class _Blocks:
         return blocks
 
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
+        was = self.at.get(index) if index is not None else None
+        if was is not None and id(was) not in self.stopped and _cut_input(was):
+            # A block begun over a call still open, its input not yet whole JSON: the call's input
+            # was cut, and what follows under the index would be read as whose?
+            why = f"a {block.get('type')} block began at index {index} over a call whose input is not whole"
+            raise Retryable("stream_unreadable", why)
         self.order.append(block)
         self.at[len(self.order) - 1 if index is None else index] = block
         return block
+
+    def stop(self, index: object) -> None:
+        if (block := self.at.get(index)) is not None:
+            self.stopped.add(id(block))
 
     def delta(self, event: Mapping[str, Any], on_delta: Any) -> None:
         index = event.get("index")
@@ -388,6 +403,17 @@ class _Blocks:
                 on_delta("reasoning", delta.get("thinking", ""))
         elif dtype == "signature_delta":
             block["signature"] = block.get("signature", "") + delta.get("signature", "")
+
+
+def _cut_input(block: Mapping[str, Any]) -> bool:
+    """Whether a tool_use block's streamed input is begun but not whole JSON."""
+    if block.get("type") != "tool_use" or not (raw := "".join(block.get("_json") or ())).strip():
+        return False
+    try:
+        json.loads(raw)
+    except ValueError:
+        return True
+    return False
 
 
 # The block each delta type belongs to (its type, or how its type ends: a server tool's
