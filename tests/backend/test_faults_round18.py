@@ -27,6 +27,7 @@ Anthropic ``tool_use`` stop with no call (retried as unusable).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -116,19 +117,23 @@ def arguments_done_as(arguments: str) -> Callable[[list[Any]], list[Any]]:
     return edit
 
 
-def items_status(status: str) -> Callable[[list[Any]], list[Any]]:
-    """Responses: every listed output item says ``status`` (the response says completed)."""
+def items_status(status: str, *, done: bool = True) -> Callable[[list[Any]], list[Any]]:
+    """Responses: every listed output item says ``status`` (the response says completed): in a
+    whole answer, in a stream's terminal output and, with ``done``, in its ``output_item.done``."""
 
     def edit(items: list[Any]) -> list[Any]:
         def fix(d: dict[str, Any]) -> None:
             if d.get("type") == "function_call" and "status" in d:
                 d["status"] = status
 
+        items = json.loads(json.dumps(items))  # the done item and the terminal output's, apart
         for item in items:
             if isinstance(item, dict) and item.get("object") == "response":  # a whole answer
                 walk(item.get("output"), fix)
             elif _is_event(item, "response.completed"):
                 walk(item["response"]["output"], fix)
+            elif _is_event(item, "response.output_item.done") and done:
+                fix(item["item"])
         return items
 
     return edit
@@ -186,6 +191,8 @@ CASES = [
     Round4("anthropic_end_turn_beside_a_tool_block", good_with(finish("end_turn")), True,
            at=("anthropic/stream/http", "anthropic/whole/http")),
     Round4("responses_items_completed", good_with(items_status("completed")), True, at=RESPONSES),
+    Round4("responses_a_terminal_output_from_a_stale_snapshot", good_with(items_status(
+        "in_progress", done=False)), True, at=("responses/stream/http",)),
     Round4("chat_a_call_renamed_after_its_arguments_then_good", then_good(calls(renamed_after_arguments)),
            True, requests=3, at=("chat/stream/http",)),
     Round4("responses_done_item_names_another_tool_then_good", then_good(calls(done_item(

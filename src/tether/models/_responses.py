@@ -232,9 +232,11 @@ class OpenAIResponses(OpenAIBackend):
         if final is None:
             why = f"the stream ended without a terminal event ({len(said.done)} items)"
             raise Retryable("stream_incomplete", why)
-        return self._parse(final, said.items())
+        return self._parse(final, said.items(), list(said.done.values()))
 
-    def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
+    def _parse(
+        self, data: dict[str, Any], streamed: list[dict[str, Any]], done: list[Any] | None = None
+    ) -> ModelResponse:
         usage = _usage(data.get("usage") or {})
         billed(usage)  # counted even if the answer is then refused
         status = data.get("status")
@@ -271,7 +273,10 @@ class OpenAIResponses(OpenAIBackend):
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
-        unfinished = _unfinished(data.get("output")) or any(i.get("status") == "incomplete" for i in output)
+        # Items still under way: a whole answer's as listed, a stream's as its done events gave them
+        # (a terminal output copied from a stale snapshot says its items are in progress).
+        listed = data.get("output") if done is None else done
+        unfinished = _unfinished(listed) or any(i.get("status") == "incomplete" for i in output)
         if status == "incomplete" or ((cut or unfinished) and status in ("completed", None)):
             # A response that says why it is incomplete, or has an item that says it is, is
             # incomplete whatever its status says (a server that always says completed): the
@@ -554,8 +559,10 @@ _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet end
 def _unfinished(output: object) -> bool:
     """Whether an item the response lists says it did not finish: ``incomplete``, or still under
     way (``in_progress``: a call whose arguments, or text, may be cut) in a response that says it
-    ended. Items a stream built from ``output_item.added`` alone are asked only for
-    ``incomplete`` (they say ``in_progress`` as added: a server that sends no done events)."""
+    ended. A stream's items are asked as its ``output_item.done`` events gave them; those it
+    built from ``output_item.added`` alone, or listed in a terminal output (a stale snapshot),
+    only for ``incomplete`` (they say ``in_progress`` as added: a server that sends no done
+    events, a proxy that copies its first snapshot)."""
     items = output if isinstance(output, list) else ()
     return any(isinstance(i, dict) and i.get("status") in ("incomplete", *_UNDER_WAY) for i in items)
 
