@@ -250,10 +250,11 @@ class ProvenanceRules:
                 index, call.arguments, properties, rules.no_flow, each=False, sent=sent
             ):
                 out.worse("approve", problem)  # a secret split between two arguments
+        if effectful and not judged and (chosen := index.wrote_others_choice()) is not None:
+            out.worse("approve", {"problem": "acts_on_others_choice", "written": chosen[:200]})
         if effectful and not rules.requested_by and not judged:
-            # The call carries nothing its rules restrict (no arguments, optional ones left out,
-            # or only free text, safe options and dates from anywhere), and no phrase of the
-            # request can ask for the tool: nothing says the user wants this effect.
+            # It carries nothing its rules restrict (no arguments, or only free text, safe options,
+            # dates; what the run stored is checked above) and no phrase of the request asks for it.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": []})
         if out.verdict == "allow":
             return None
