@@ -44,11 +44,12 @@ MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under name
 
 @dataclass
 class Launch:
-    """The launch as confinement sees it: ``argv`` inside, the host paths shown (``read_only``)
-    by the bwrap ``ops``, and generated files' contents (``data``)."""
+    """The launch as confinement sees it: ``argv`` inside (``host_argv`` outside), the host paths
+    shown (``read_only``) by the bwrap ``ops``, and generated files' contents (``data``)."""
 
     profile: str
     argv: list[str]
+    host_argv: list[str] | None = None
     read_only: list[Path] = field(default_factory=list)
     ops: list[tuple[str, ...]] = field(default_factory=list)
     data: list[bytes] = field(default_factory=list)
@@ -343,6 +344,7 @@ def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
 
 def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str], cwd: Path) -> Launch:
     argv = launch.argv
+    launch.host_argv = list(argv)
     interp = Path(interpreter)
     python_at = _show_python(launch, interp, exe)
     _show_import_path(launch, env)
@@ -372,6 +374,7 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
 
 def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
     argv = launch.argv
+    launch.host_argv = list(argv)
     node = Path(interpreter).resolve()
     if launch.translate(node) is None:
         launch.show(node.parent.parent if node.parent.name == "bin" else node.parent, "node")
