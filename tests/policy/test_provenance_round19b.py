@@ -49,27 +49,19 @@ from typing import Annotated, Any
 import pytest
 import test_provenance_round3 as files
 from _travel import ATTACKER_URL, FRIEND_MAIL, HOTEL_URL
+from provenance_rounds import CTX, _run
 from pydantic import Field
 
-from tether import Agent, Effect, Host, TrustedContext, tool
-from tether.core.messages import AssistantMessage
+from tether import Effect, Host, tool
 from tether.policy._approvals import Approvals
 from tether.policy._provenance_labels import SourceTrust, TrustConfig
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._sqlite_store import SqliteApprovalStore
 from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
-from tether.testing import FunctionModel, call
+from tether.testing import call
 from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
-
-CTX = TrustedContext(tenant="acme", user="emma")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
 
 # -- 1. a plan's extraction from the result of the write that stored it --------------------------
 
@@ -355,21 +347,6 @@ class Notes:
 
     def tools(self) -> list[Any]:
         return [self.read_inbox, self.list_notes, self.import_note, self.send_email]
-
-
-async def _run(
-    tools: list[Any], rules: ProvenanceRules, request: str, *turns: tuple[Any, ...]
-) -> list[list[str]]:
-    steps = list(turns)
-    model = FunctionModel(
-        lambda _: AssistantMessage(tool_calls=steps.pop(0)) if steps else AssistantMessage(content="done")
-    )
-    host = Host(policy=ProvenancePolicy(rules), on_denied="continue", labeler=make_labeler(rules.config))
-    host.add_tools(*tools)
-    async with host:
-        result = await host.run(Agent("act", model), request, context=CTX)
-    denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
-    return [[p["problem"] for p in e.data["details"]["problems"]] for e in denied]
 
 
 _AGENDA = f"Agenda owner: {STRANGER}"

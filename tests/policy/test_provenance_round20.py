@@ -21,39 +21,15 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import pytest
+from provenance_rounds import _run
 from pydantic import Field
 
-from tether import Agent, Effect, Host, TrustedContext, tool
-from tether.core.messages import AssistantMessage
+from tether import Effect, tool
 from tether.policy._provenance_labels import SourceTrust, TrustConfig
-from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
-from tether.testing import FunctionModel, call
-from tether.trace._events import EventKind
+from tether.policy._provenance_rules import ProvenanceRules, rules_from_dict
+from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
-
-CTX = TrustedContext(tenant="acme", user="emma")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-async def _run(
-    tools: list[Any], rules: ProvenanceRules, request: str, *turns: tuple[Any, ...]
-) -> list[list[str]]:
-    steps = list(turns)
-    model = FunctionModel(
-        lambda _: AssistantMessage(tool_calls=steps.pop(0)) if steps else AssistantMessage(content="done")
-    )
-    host = Host(policy=ProvenancePolicy(rules), on_denied="continue", labeler=make_labeler(rules.config))
-    host.add_tools(*tools)
-    async with host:
-        result = await host.run(Agent("act", model), request, context=CTX)
-    denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
-    return [[p["problem"] for p in e.data["details"]["problems"]] for e in denied]
-
 
 # -- 1. a destination a store derived from what an injection had the run change ------------------
 
