@@ -100,7 +100,11 @@ async def test_configured_subagent_is_a_tool_whose_child_trace_is_linked_and_dep
 @pytest.mark.anyio
 async def test_engine_build_is_usable_without_the_loop(tmp_path: Path) -> None:
     engine = ContextEngine(
-        ContextConfig(status=StatusConfig(strategy="replace", todo=False)),
+        ContextConfig(
+            status=StatusConfig(
+                strategy="replace", todo=False, sections=[lambda s: f"steps so far: {s.steps}"]
+            )
+        ),
         instructions="rules",
         tools=[fetch.spec],
         clock=clock,
@@ -113,7 +117,6 @@ async def test_engine_build_is_usable_without_the_loop(tmp_path: Path) -> None:
     assert request.messages[-2].content.startswith("<agent_status>")  # the status, then the caller's tail
     assert request.messages[-1].content == budget
     assert engine.last is not None and engine.last.prefix.reuse is None
-    engine.status.add_section(lambda s: f"steps so far: {s.steps}")  # type: ignore[union-attr]
     again = await engine.build(state)
     assert "steps so far: 0" in (again.messages[-1].content or "")
     assert not any(isinstance(m, ToolMessage) for m in again.messages)

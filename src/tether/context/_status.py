@@ -135,13 +135,8 @@ class StatusBar:
     config: StatusConfig
     todo: TodoList | None = None
     clock: Callable[[], Any] | None = None
-    extra_sections: list[StatusSection] = field(default_factory=list)
     targets: dict[str, str] = field(default_factory=dict)  # tool → argument naming its target
     _tally: _CallTally | None = field(default=None, init=False, repr=False, compare=False)
-
-    def add_section(self, section: StatusSection) -> None:
-        """Add a block rendered after the built-in ones (e.g. a budget summary)."""
-        self.extra_sections.append(section)
 
     def render(self, state: RunState) -> str:
         lines: list[str] = []
@@ -163,7 +158,7 @@ class StatusBar:
             lines.extend(f"- {i}" for i in items)
         if cfg.show_last_error and (err := self._last_error(state, tally.last_failed)):
             lines.append(err)
-        for section in [*cfg.sections, *self.extra_sections]:
+        for section in cfg.sections:
             text = section(state)
             if text:
                 lines.append(text)
