@@ -164,8 +164,6 @@ EXPORTS: dict[str, list[str]] = {
         "ToolMessage",
         "Usage",
         "UserMessage",
-        "message_from_wire",
-        "to_wire",
     ],
     "tether.core.ratelimit": ["TokenBucket", "shared_bucket"],
     "tether.core.stop": ["Limits", "RepetitionDetector", "StopReason", "call_signature", "cancel_after"],

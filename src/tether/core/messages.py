@@ -16,8 +16,6 @@ __all__ = [
     "ToolMessage",
     "Usage",
     "UserMessage",
-    "message_from_wire",
-    "to_wire",
 ]
 
 
@@ -93,26 +91,3 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.cached_tokens + other.cached_tokens,
         )
-
-
-def to_wire(messages: list[Message] | tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The chat-completions ``messages`` array."""
-    return [m.wire() for m in messages]
-
-
-def message_from_wire(data: dict[str, Any]) -> Message:
-    """Parse one chat-completions message (used by backends and checkpoints)."""
-    role = data.get("role")
-    if role == "system":
-        return SystemMessage(str(data.get("content") or ""))
-    if role == "user":
-        return UserMessage(str(data.get("content") or ""))
-    if role == "assistant":
-        calls = tuple(
-            ToolCall(str(c["id"]), str(c["function"]["name"]), c["function"].get("arguments") or "")
-            for c in data.get("tool_calls") or ()
-        )
-        return AssistantMessage(content=data.get("content"), tool_calls=calls)
-    if role == "tool":
-        return ToolMessage(tool_call_id=str(data["tool_call_id"]), content=str(data.get("content") or ""))
-    raise ValueError(f"unknown role {role!r}")

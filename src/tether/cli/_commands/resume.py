@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_output_options
 from tether.cli._commands._progress import ProgressSink, progress_wanted
 from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import fail
@@ -28,11 +29,7 @@ def register(sub: Any) -> None:
     p.add_argument("run_id")
     p.add_argument("--db", help="approval store file, or a deployment URL: postgresql://… or sqlite:///dir")
     p.add_argument("--app", help="factory module:function (default: the one the run recorded)")
-    p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
-    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
-    p.add_argument(
-        "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
-    )
+    add_output_options(p)
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
