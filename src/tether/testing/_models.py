@@ -16,7 +16,7 @@ from typing import Any
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from tether.errors import ModelError
 from tether.models._base import ModelRequest, ModelResponse
-from tether.models._estimate import item_json
+from tether.models._estimate import chars_estimator, item_json
 from tether.models._memo import ConversationMemo
 
 _ids = itertools.count(1)
@@ -31,10 +31,8 @@ def final(text: str) -> AssistantMessage:
     return AssistantMessage(content=text)
 
 
-def estimate_tokens(text: str) -> int:
-    """A cheap, deterministic estimate (~4 characters a token) for stand-ins."""
-    return max(1, (len(text) + 3) // 4)
-
+# A cheap, deterministic estimate (~4 characters a token) for stand-ins: the models' own.
+estimate_tokens = chars_estimator
 
 def _estimate_item(item: object) -> int:
     return estimate_tokens(item_json(item).decode())
