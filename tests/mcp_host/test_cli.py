@@ -95,6 +95,22 @@ def test_a_config_error_is_reported_clearly(tmp_path: Path, capsys: pytest.Captu
     assert out["ok"] is False and "stdio needs command" in out["message"]
 
 
+def test_a_script_that_is_not_yaml_is_a_usage_error_before_any_server_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(_config(tmp_path, "http://127.0.0.1:9/mcp"))  # never reached: nothing starts
+    script = tmp_path / "steps.yaml"
+    script.write_text("[{call: web__lookup\n")
+    assert main(["mcp", "run", "Q", "--config", config, "--script", str(script), "--json"]) == 1
+    out = capsys.readouterr()
+    assert "not valid YAML/JSON" in _last_json(out.out)["message"] and "Traceback" not in out.err
+    # The same steps, well formed, are taken (here: refused for --model, named as the reason).
+    script.write_text("[{call: web__lookup, arguments: {key: a}}]\n")
+    argv = ["mcp", "run", "Q", "--config", config, "--script", str(script), "--model", "m", "--json"]
+    assert main(argv) == 1
+    assert "do not go with --model" in _last_json(capsys.readouterr().out)["message"]
+
+
 def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
     tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

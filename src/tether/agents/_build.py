@@ -348,18 +348,9 @@ def scripted_model(
     from tether.testing import FunctionModel
 
     try:
-        text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
-        data = yaml.safe_load(text) or []
-    except OSError as err:
-        raise ConfigError(f"cannot read model script {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"model script {path}: not valid YAML/JSON: {err}") from None
-    if not isinstance(data, list):
-        raise ConfigError(f"model script {path}: expected a list of steps")
-    try:
-        steps = [ScriptStep.parse(item) for item in data]
+        steps = [ScriptStep.parse(item) for item in ScriptStep.read(path, raw)]
     except ValueError as err:
-        raise ConfigError(f"model script {path}: {err}") from None
+        raise ConfigError(f"model script: {err}") from None
     return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
 
 

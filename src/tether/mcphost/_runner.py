@@ -10,7 +10,10 @@ import re
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.stop import Limits, StopReason
@@ -62,6 +65,22 @@ class ScriptStep:
                 raise ValueError(f"{shape}; arguments must be a mapping: {c!r}")
             calls.append((c["call"], dict(arguments)))
         return cls(calls=tuple(calls))
+
+    @staticmethod
+    def read(path: Path, raw: bytes | None = None) -> list[Any]:
+        """A script file's steps (a YAML/JSON list; ``raw``: its bytes, read before), each checked
+        by ``parse``: ``ValueError`` says what is wrong."""
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8") if raw is None else raw.decode()) or []
+        except OSError as err:
+            raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML/JSON: {err}") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: expected a list of steps")
+        for item in data:
+            ScriptStep.parse(item)
+        return data
 
 
 @dataclass

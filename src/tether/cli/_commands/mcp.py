@@ -282,18 +282,12 @@ def consent_for(mode: str) -> Any:
 
 
 def _script(args: argparse.Namespace) -> list[Any]:
-    """The scripted stand-in's steps from --script and --call, as plain data."""
+    """The scripted stand-in's steps from --script and --call, as plain data (each checked)."""
+    from tether.mcphost._runner import ScriptStep
+
     steps: list[Any] = []
     if getattr(args, "script", None):
-        import yaml
-
-        try:
-            data = yaml.safe_load(args.script.read_text(encoding="utf-8")) or []
-        except OSError as err:
-            raise ValueError(f"cannot read --script {args.script}: {err.strerror or err}") from None
-        if not isinstance(data, list):
-            raise ValueError(f"--script {args.script}: the script must be a list of steps")
-        steps.extend(data)
+        steps.extend(ScriptStep.read(args.script))
     for name, raw in getattr(args, "call", None) or []:
         try:
             arguments = json.loads(raw)
@@ -304,10 +298,6 @@ def _script(args: argparse.Namespace) -> list[Any]:
             why = f"--call {name}: the arguments must be a JSON object, got {type(arguments).__name__}"
             raise ValueError(why)
         steps.append({"call": name, "arguments": arguments})
-    from tether.mcphost._runner import ScriptStep
-
-    for item in steps:
-        ScriptStep.parse(item)  # ValueError with the step, before anything starts
     return steps
 
 
