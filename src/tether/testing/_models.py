@@ -34,6 +34,7 @@ def final(text: str) -> AssistantMessage:
 # A cheap, deterministic estimate (~4 characters a token) for stand-ins: the models' own.
 estimate_tokens = chars_estimator
 
+
 def _estimate_item(item: object) -> int:
     return estimate_tokens(item_json(item).decode())
 
