@@ -3,8 +3,8 @@ calls. The runners import ``HostCore``; ``Host`` is where the two meet."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 
 import anyio
 
@@ -73,16 +73,16 @@ class Host(HostCore):
 
     def run_sync(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         """Blocking wrapper for scripts: starts, runs and closes the host in one event loop."""
-        return self._blocking(self.run(agent, objective, context=context))
+        return self._blocking(partial(self.run, agent, objective, context=context))
 
     def resume_sync(self, agent: Agent, run_id: str) -> RunResult:
         """Blocking wrapper of ``resume`` for scripts: starts, resumes and closes the host."""
-        return self._blocking(self.resume(agent, run_id))
+        return self._blocking(partial(self.resume, agent, run_id))
 
-    def _blocking(self, run: Coroutine[Any, Any, RunResult]) -> RunResult:
+    def _blocking(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
         async def main() -> RunResult:
             try:
-                return await run
+                return await run()
             finally:
                 await self.aclose()
 
