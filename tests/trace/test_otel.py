@@ -47,6 +47,7 @@ def memory_sink(**kw: Any) -> tuple[OtelSink, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    kw.setdefault("model", ScriptedModel([]))  # the runs' model: a scripted stand-in (``run``)
     return OtelSink(provider, **kw), exporter
 
 
@@ -56,7 +57,6 @@ def run(sink: OtelSink, objective: str, turns: list[Any], *, secrets: tuple[str,
     )
     host.add_tools(read_order, delete_order)
     agent = Agent(instructions="Answer from tool results.", model=ScriptedModel(turns), name="investigator")
-    sink.describe_model(agent.model)  # what tether run / tether worker do for the agent's model
     return host.run_sync(agent, objective, context=CTX)
 
 

@@ -166,10 +166,6 @@ class OtelSink:
         self._offered: dict[str, frozenset[str]] = {}  # run id -> the tool names offered to its model
         self._lock = threading.Lock()
 
-    def describe_model(self, model: Any) -> None:
-        """Name the model backend the runs talk to (``model_endpoint``): provider and address."""
-        self.provider_name, self.server_address, self.server_port = model_endpoint(model)
-
     def write(self, event: TraceEvent) -> None:
         data = sanitize_value(dict(event.data), self.redactor)
         kind = str(event.kind)
