@@ -96,10 +96,6 @@ class ReadResult:
     records: tuple[Recalled, ...]
     rejected: tuple[Rejection, ...]
 
-    @property
-    def has_conflict(self) -> bool:
-        return any(r.conflict for r in self.records)
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryEvent:
