@@ -18,7 +18,8 @@ The relay also bounds what the host has sent but the server has not read: at mos
 messages wait for it. Past that (a server that stopped reading its input, while it may still
 send), an answer or notice of the host's is dropped and a request of the host's fails at once
 (``NOT_READING``), so neither the SDK's tasks answering the server's requests nor a call's
-courtesy cancel wait on a server that reads nothing.
+courtesy cancel wait on a server that reads nothing. And it asks a server that refuses the
+offered protocol version, naming those it speaks, once more at one of them (``_handshake``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 import anyio
 
 from tether.errors import UpstreamError
+from tether.mcp._handshake import asked_again
 
 __all__ = [
     "MAX_POLL_S",
@@ -97,6 +99,7 @@ class TaskRelay:
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
+        self._initialize: Any = None  # the SDK's ``initialize`` until its first answer
         self.closed = False  # the connection's read stream ended (the server process or stream gone)
         self._heard: OrderedDict[str, Any] = OrderedDict()  # task id -> its settled status
         self._listening: dict[str, anyio.Event] = {}  # task id -> set when a settled status is heard
@@ -126,6 +129,11 @@ class TaskRelay:
                                 box[1] = message
                                 box[0].set()
                                 continue
+                            if answers and self._initialize is not None and ident == self._initialize.message.id:
+                                again, self._initialize = asked_again(self._initialize, message), None
+                                if again is not None:  # refused with the versions it speaks
+                                    self._send.send_nowait(again)
+                                    continue
                             if ident is not None and answers and ident in self._listings:
                                 self._listings.discard(ident)
                                 item = self._listing(item)
@@ -140,6 +148,8 @@ class TaskRelay:
                     async with from_sdk, unsent:
                         async for item in from_sdk:
                             sent: Any = getattr(item, "message", None)
+                            if getattr(sent, "method", None) == "initialize" and hasattr(sent, "id"):
+                                self._initialize = item  # asked once more if refused (``_handshake``)
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
                                 if not (sent.params or {}).get("cursor"):  # a new listing begins
