@@ -127,10 +127,10 @@ async def test_a_retry_of_hundreds_of_digits_on_a_calls_stream_fails_that_call_a
             "done",
         )
         run = await run_question(config, "Q", steps)
-    held, after = run.seen("web__lookup")
-    assert "timed out" in held and "went away" not in held and "Connection closed" not in held
-    assert "value-of-a" in after
-    assert seen.count("initialize") == 2  # the review's session and the run's: never renewed
+    calls = run.seen("web__lookup")
+    assert "timed out" in calls[0] and "went away" not in calls[0] and "Connection closed" not in calls[0]
+    assert len(calls) == 2 and "value-of-a" in calls[1]  # before: the run stopped at the first
+    assert sum(m.startswith("initialize") for m in seen) == 2  # the review's and the run's: never renewed
     assert _served(run)
 
 
@@ -148,7 +148,10 @@ async def test_an_honest_retry_reaches_the_sdk_as_sent_and_only_waits_out_of_bou
     honest = b"id: 1\nretry: 3000\ndata: {}\n\n"
     assert await through(honest) == honest
     assert await through(b"retry: " + b"9" * 400 + b"\r\n\r\n") == b"retry: %d\n\n" % MAX_RETRY_MS
-    assert await through(b"retry:%d\ndata: x\n\n" % (MAX_RETRY_MS + 1)) == b"retry: %d\ndata: x\n\n" % MAX_RETRY_MS
+    assert (
+        await through(b"retry:%d\ndata: x\n\n" % (MAX_RETRY_MS + 1))
+        == b"retry: %d\ndata: x\n\n" % MAX_RETRY_MS
+    )
     assert await through(b"retry: -5\n\n") == b"retry: 0\n\n"
     assert await through(b"retry: soon\n\n") == b"retry: soon\n\n"
     assert await through(b"data: retry: 9" + b"9" * 400 + b"\n\n") == b"data: retry: 9" + b"9" * 400 + b"\n\n"
@@ -185,7 +188,9 @@ async def test_tools_for_the_servers_app_only_are_never_offered_and_the_others_a
         patch.setattr(listing, "app_only", lambda definition: None)  # a host without the check
         pinned, _ = await approve(config, "x")
     assert "poll" in pinned
-    run = await run_question(config, "Q", script(("x__poll", {"key": "k"}), ("x__both", {"key": "k"}), "done"))
+    run = await run_question(
+        config, "Q", script(("x__poll", {"key": "k"}), ("x__both", {"key": "k"}), "done")
+    )
     assert "poll-value-of-k" not in run.seen("x__poll")[0]
     assert "both-value-of-k" in run.seen("x__both")[0]
     assert any(b["tool"] == "x__poll" and "app only" in b["why"] for b in run.blocked)
@@ -206,12 +211,32 @@ async def test_a_server_refusing_the_offered_version_is_asked_again_at_one_it_na
         config = write_config(folder, [entry, _ok()])
         pinned, _ = await approve(config, "x")
         await approve(config, "ok")
-        run = await run_question(config, "Q", script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done"))
+        run = await run_question(
+            config, "Q", script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
+        )
         assert pinned == ["lookup"]
         assert "lookup-value-of-a" in run.seen("x__lookup")[0]
         asked = [line for line in log.read_text().splitlines() if line.startswith("initialize")]
         assert asked[:2] == ["initialize 2025-11-25", "initialize 2024-11-05"]
         assert _served(run)
+
+
+async def test_an_http_server_refusing_the_offered_version_is_asked_again_at_one_it_names(
+    tmp_path: Path,
+) -> None:
+    """The same refusal over Streamable HTTP (answered at 200, as a JSON-RPC error): before, the
+    server never started; now its session begins at ``2024-11-05`` and serves."""
+    with _web("v2024") as (entry, seen):
+        config = write_config(tmp_path, [entry, _ok()])
+        pinned, _ = await approve(config, "web")
+        await approve(config, "ok")
+        steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
+        run = await run_question(config, "Q", steps)
+    assert pinned == ["lookup"]
+    assert "value-of-a" in run.seen("web__lookup")[0]
+    asked = [m for m in seen if m.startswith("initialize")]
+    assert asked[:2] == ["initialize 2025-11-25", "initialize 2024-11-05"]
+    assert _served(run)
 
 
 async def test_a_refusal_naming_no_version_the_host_speaks_or_refusing_twice_fails_that_server_only(

@@ -7,7 +7,9 @@ format allows):
 ``get_retry``: the session's own stream (``GET``) names it, then ends; ``call_retry``: the
 answer's stream of the call of key ``b`` sends a log notification with an event id and the
 ``retry``, then ends without the answer (the client resumes it after that wait); ``honest``:
-each answer comes as an event with ``retry: 3000``. ``seen`` gets each request's method.
+each answer comes as an event with ``retry: 3000``; ``v2024``: an ``initialize`` offering any
+version but ``2024-11-05`` is refused as the spec's lifecycle shows, naming that one. ``seen``
+gets each request's method (an ``initialize`` with the version it offers).
 """
 
 from __future__ import annotations
@@ -56,10 +58,15 @@ def app(mode: str, seen: list[str], stop: threading.Event, retry: str = RETRY) -
         def do_POST(self) -> None:
             message = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             method, ident, params = message.get("method"), message.get("id"), message.get("params") or {}
-            seen.append(str(method))
+            offered = params.get("protocolVersion")
+            seen.append(f"{method} {offered}" if method == "initialize" else str(method))
             if ident is None or method is None:
                 return self._send(202)
             result: dict[str, Any] = {}
+            if method == "initialize" and mode == "v2024" and offered != "2024-11-05":
+                data = {"supported": ["2024-11-05"], "requested": offered}
+                error = {"code": -32602, "message": "Unsupported protocol version", "data": data}
+                return self._send(200, json.dumps({"jsonrpc": "2.0", "id": ident, "error": error}).encode())
             if method == "initialize":
                 result = {
                     "protocolVersion": params.get("protocolVersion"),

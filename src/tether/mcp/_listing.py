@@ -16,6 +16,7 @@ has the host keep it from the model, and it was offered (the published system-mo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ def app_only(definition: Mapping[str, Any]) -> str | None:
     ui = meta.get("ui")
     for seen in (ui.get("visibility") if isinstance(ui, Mapping) else None, meta.get("ui/visibility")):
         if isinstance(seen, list) and all(isinstance(v, str) for v in seen) and "model" not in seen:
-            shown = escape_for_review(canonical_json(seen), limit=200)
+            shown = escape_for_review(json.dumps(seen, ensure_ascii=False), limit=200)
             return f"its server declares it for its app only (_meta.ui.visibility {shown}), never a model"
     return None
 

@@ -129,7 +129,11 @@ class TaskRelay:
                                 box[1] = message
                                 box[0].set()
                                 continue
-                            if answers and self._initialize is not None and ident == self._initialize.message.id:
+                            if (
+                                answers
+                                and self._initialize is not None
+                                and ident == self._initialize.message.id
+                            ):
                                 again, self._initialize = asked_again(self._initialize, message), None
                                 if again is not None:  # refused with the versions it speaks
                                     self._send.send_nowait(again)
