@@ -36,6 +36,7 @@ import pytest
 from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
 from tether.mcp._deep import MAX_RETRY_MS, cut_events
+from tether.mcp._tasks import MAX_POLL_S, MIN_POLL_S, poll_wait
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
@@ -257,6 +258,39 @@ async def test_a_refusal_naming_no_version_the_host_speaks_or_refusing_twice_fai
         await approve(config, "ok")
         run = await run_question(config, "Q", script(("ok__lookup", {"key": "c"}), "done"))
         assert _served(run)
+
+
+async def test_a_task_asking_a_poll_interval_of_hundreds_of_digits_is_polled_within_bounds(
+    tmp_path: Path,
+) -> None:
+    """A task-only tool (``task_server.py``) whose task asks to be polled every ``10**400`` ms (an
+    integer JSON holds): before, dividing it by 1000 raised ``OverflowError`` and the call failed
+    ("server t failed: OverflowError") though the task completed; now the wait is held to
+    ``MAX_POLL_S``, the task's own notice of its end is heard, and its result read. One asking
+    ``-5`` ms is polled every ``MIN_POLL_S`` and completes, as does the honest server's call."""
+    for mode, poll in (("notify", str(10**400)), ("honest", "-5")):
+        folder = tmp_path / mode
+        (folder / "out").mkdir(parents=True)
+        env = {"TASK_MODE": mode, "TASK_POLL": poll, "TASK_LOG": str(folder / "out" / "task.log")}
+        server = {
+            "name": "t",
+            "command": [sys.executable, str(HERE / "task_server.py")],
+            "mode": "legacy",
+            "effects": {"research": "read"},
+            "env": env,
+            "sandbox": "none",
+            "timeout_s": 60,
+        }
+        config = write_config(folder, [server, _ok()])
+        await approve(config, "t")
+        await approve(config, "ok")
+        steps = script(("t__research", {"topic": "x"}), ("ok__lookup", {"key": "c"}), "done")
+        run = await run_question(config, "Q", steps)
+        (seen,) = run.seen("t__research")
+        assert "FINDINGS: all quiet" in seen and "error=" not in seen and "OverflowError" not in seen
+        assert _served(run)
+    assert poll_wait(10**400) == MAX_POLL_S and poll_wait(-(10**400)) == MIN_POLL_S
+    assert poll_wait(None) == 0.5 and poll_wait(1500) == 1.5 and poll_wait(float("nan")) == 0.5
 
 
 def _npm_monitor(folder: Path) -> str | None:

@@ -4,9 +4,10 @@
 The SDK has no client for tasks, so a ``TaskRelay`` sits between the SDK session and the
 transport: it forwards everything and sends the host's own requests (ids ``tether-task-N``),
 taking their answers first. ``run_task`` creates the task, polls ``tasks/get`` (interval clamped
-to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, any other is
-dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
-``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
+to [50 ms, 5 s], however many digits it has: ``poll_wait``; a settling
+``notifications/tasks/status`` ends the wait early, any other is dropped), fetches
+``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given ``park_at`` it returns
+``Parked`` instead, the task left running for a later call's ``task_id``.
 
 The relay also keeps each tool's ``outputSchema`` from the SDK (``with_output_schemas`` gives
 it back to the host's listing): the SDK checked structured results against it itself, in the
@@ -43,12 +44,23 @@ __all__ = [
     "NOT_READING",
     "Parked",
     "TaskRelay",
+    "poll_wait",
     "run_task",
     "task_required",
 ]
 
 MIN_POLL_S = 0.05
 MAX_POLL_S = 5.0
+
+
+def poll_wait(asked_ms: Any) -> float:
+    """The seconds between two polls: what the server asks (ms, 500 when it says nothing), held
+    to ``MIN_POLL_S``..``MAX_POLL_S`` before any division: an interval of 400 digits (an integer
+    JSON holds) divided by 1000 raised ``OverflowError``, failing a call that should have polled."""
+    asked = asked_ms if isinstance(asked_ms, int | float) and asked_ms == asked_ms else 500
+    return float(min(max(asked, MIN_POLL_S * 1000), MAX_POLL_S * 1000)) / 1000
+
+
 _ENDED = frozenset({"completed", "failed", "cancelled"})
 _SETTLED = _ENDED | {"input_required"}  # a status that ends the wait (a notification may say it)
 _HEARD = 64  # settled statuses kept from notifications not yet waited on (oldest dropped)
@@ -347,7 +359,7 @@ async def run_task(
     shown: str | None = None
     try:
         while task.status not in _ENDED and task.status != "input_required":
-            interval = min(max((task.poll_interval or 500) / 1000, MIN_POLL_S), MAX_POLL_S)
+            interval = poll_wait(task.poll_interval)
             if park_at is not None and anyio.current_time() + interval >= park_at():
                 emit(action="parked", task_id=task_id, status=task.status, polls=polls)
                 return Parked(task_id, str(task.status), interval)
