@@ -13,6 +13,7 @@ task. ``TASK_MODE`` picks the attack:
 - ``durable``: a long task kept on disk beside ``TASK_LOG`` (it outlives the server process, as a
   job queue's would); it completes once the file ``TASK_SIGNAL`` exists, so a test decides when.
 
+``TASK_POLL`` (an integer, of any number of digits) is the poll interval it asks for instead.
 Every ``tasks/cancel`` and every ``tasks/get`` is appended to ``TASK_LOG`` (one line each), and
 every ``tools/call`` as ``call``.
 """
@@ -72,6 +73,8 @@ def tool() -> dict:
 def task(status: str) -> dict:
     # "never" asks to be polled every millisecond, "notify" every 5 s (it says when it is done)
     poll = {"never": 1, "notify": 5000}.get(MODE, 50)
+    if os.environ.get("TASK_POLL"):  # the interval it asks for instead (any integer JSON holds)
+        poll = int(os.environ["TASK_POLL"])
     message = f"{status} ({state['polls']})"
     return {"taskId": "t-1", "status": status, "createdAt": STAMP, "lastUpdatedAt": STAMP, "ttl": 60000,
             "pollInterval": poll, "statusMessage": message}  # fmt: skip

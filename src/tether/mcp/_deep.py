@@ -3,7 +3,10 @@ parser goes (``PARSER_DEPTH``): the whole answer was refused, the server listed 
 unavailable. Read here instead by Python's parser, each such tool is replaced by its name and
 why (``CUT``), which ``usable_listing`` leaves out, named, as it leaves out a tool the SDK
 refuses; the server's other tools are served. Events pass here on their way to the SDK, so an
-event of more objects and arrays than it is given is refused here too (``_bulk``)."""
+event of more objects and arrays than it is given is refused here too (``_bulk``), and an event's
+``retry`` (how long the SDK waits before reopening a stream) is held to ``MAX_RETRY_MS``: the SDK
+divided any number of digits by 1000.0, and one of 400 digits raised ``OverflowError`` outside
+its handlers, ending the session (at start, on the listen stream, the server never started)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 
-__all__ = ["CUT", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
+__all__ = ["CUT", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
 
 PARSER_DEPTH = 200  # the SDK's JSON parser (pydantic's) refuses a message nested deeper
 CUT = "x-tether-cut"  # the key under which a cut tool says why
@@ -24,6 +27,7 @@ _AROUND = 3  # the levels around a tool in an answer: the message, its result, t
 # last in what has come is a line's end only once the next byte is not LF (as the SDK reads it).
 _BLANK = re.compile(rb"(?:\r\n|\n|\r(?=[^\n]))(?:\r\n|\n|\r(?=[^\n]))")
 _LINE = re.compile(rb"\r\n|\r|\n")
+MAX_RETRY_MS = 60_000  # the longest wait before reopening an event stream a server may ask for
 
 
 def cut_deep_tools(raw: bytes) -> bytes | None:
@@ -75,7 +79,9 @@ async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[
 def _cut_event(raw: bytes) -> bytes:
     """One event as the SDK is given it: a message of more objects and arrays than it reads
     becomes an error for the request it answers, or a comment (``_bulk``); a listing has a tool
-    nested too deep cut."""
+    nested too deep cut; a ``retry`` out of bounds is held to them (``_retry``)."""
+    if b"retry:" in raw:
+        raw = _retry(raw)
     if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
     lines = _LINE.split(raw)
@@ -88,6 +94,25 @@ def _cut_event(raw: bytes) -> bytes:
     if b'"tools"' not in data or (cut := cut_deep_tools(data)) is None:
         return raw
     return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
+
+
+def _retry(raw: bytes) -> bytes:
+    """``raw`` with each ``retry`` field the SDK would read as a number outside ``0`` to
+    ``MAX_RETRY_MS`` (it reads what ``int`` reads: any count of digits, a sign, underscores) given
+    as the nearest bound; ``raw`` itself when there is none."""
+    lines = _LINE.split(raw)
+    held = False
+    for index, line in enumerate(lines):
+        if not line.startswith(b"retry:"):
+            continue
+        try:
+            wait = int(line[6:].decode("utf-8").removeprefix(" "))
+        except ValueError:  # no number (or past Python's digits): the SDK ignores it too
+            continue
+        if not 0 <= wait <= MAX_RETRY_MS:
+            lines[index] = b"retry: %d" % min(max(wait, 0), MAX_RETRY_MS)
+            held = True
+    return b"\n".join(lines) if held else raw
 
 
 def _deeper(value: Any, limit: int) -> bool:

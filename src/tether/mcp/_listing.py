@@ -8,11 +8,15 @@ invalid, as a tool the SDK refuses is: offered, one megabyte of harmless prose w
 request of the run, past every model's context window. For the same reason a server whose
 offered tools come to more than ``MAX_OFFERED_CHARS`` is offered none (``too_much``). Only what
 a model is offered counts (``offered_size``): a tool's icon, a ``data:`` URI of some kilobytes
-(as the spec allows), had the tool left out.
+(as the spec allows), had the tool left out. A tool its server declares for its app only (MCP
+Apps: ``_meta.ui.visibility`` without ``"model"``) is left out too (``app_only``), named: the spec
+has the host keep it from the model, and it was offered (the published system-monitor server's
+``poll-system-stats``, "App-only"), a model calling what its server says no model may call.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,7 +27,14 @@ from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, canonical
 from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = ["MAX_DEFINITION_CHARS", "MAX_OFFERED_CHARS", "PinnedListing", "offered_size", "usable_listing"]
+__all__ = [
+    "MAX_DEFINITION_CHARS",
+    "MAX_OFFERED_CHARS",
+    "PinnedListing",
+    "app_only",
+    "offered_size",
+    "usable_listing",
+]
 
 MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
 MAX_OFFERED_CHARS = 524_288  # all of one server's offered definitions: about 128k tokens
@@ -35,6 +46,22 @@ _OFFERED = ("name", "description", "inputSchema")
 def offered_size(definition: Mapping[str, Any]) -> int:
     """The size, in JSON, of what a model is offered of a tool's definition."""
     return len(canonical_json({k: definition[k] for k in _OFFERED if k in definition}))
+
+
+def app_only(definition: Mapping[str, Any]) -> str | None:
+    """Why a tool is never offered to a model because its server says so (MCP Apps'
+    ``_meta.ui.visibility``, or the flat ``ui/visibility`` of its early drafts, a list without
+    ``"model"``), else ``None``: no visibility, or one that is no list of names, is the spec's
+    default (both audiences)."""
+    meta = definition.get("_meta")
+    if not isinstance(meta, Mapping):
+        return None
+    ui = meta.get("ui")
+    for seen in (ui.get("visibility") if isinstance(ui, Mapping) else None, meta.get("ui/visibility")):
+        if isinstance(seen, list) and all(isinstance(v, str) for v in seen) and "model" not in seen:
+            shown = escape_for_review(json.dumps(seen, ensure_ascii=False), limit=200)
+            return f"its server declares it for its app only (_meta.ui.visibility {shown}), never a model"
+    return None
 
 
 class PinnedListing:
@@ -69,6 +96,8 @@ class PinnedListing:
                     f"its definition is {size} characters, more than the host offers a model "
                     f"({MAX_DEFINITION_CHARS})"
                 )
+            elif (hidden := app_only(definition)) is not None:
+                self.invalid[escape_for_review(definition["name"], limit=200)] = hidden
             else:
                 definitions.append(definition)
         self.live = {d["name"]: d for d in definitions}

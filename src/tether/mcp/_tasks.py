@@ -4,9 +4,10 @@
 The SDK has no client for tasks, so a ``TaskRelay`` sits between the SDK session and the
 transport: it forwards everything and sends the host's own requests (ids ``tether-task-N``),
 taking their answers first. ``run_task`` creates the task, polls ``tasks/get`` (interval clamped
-to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, any other is
-dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
-``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
+to [50 ms, 5 s], however many digits it has: ``poll_wait``; a settling
+``notifications/tasks/status`` ends the wait early, any other is dropped), fetches
+``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given ``park_at`` it returns
+``Parked`` instead, the task left running for a later call's ``task_id``.
 
 The relay also keeps each tool's ``outputSchema`` from the SDK (``with_output_schemas`` gives
 it back to the host's listing): the SDK checked structured results against it itself, in the
@@ -18,7 +19,8 @@ The relay also bounds what the host has sent but the server has not read: at mos
 messages wait for it. Past that (a server that stopped reading its input, while it may still
 send), an answer or notice of the host's is dropped and a request of the host's fails at once
 (``NOT_READING``), so neither the SDK's tasks answering the server's requests nor a call's
-courtesy cancel wait on a server that reads nothing.
+courtesy cancel wait on a server that reads nothing. And it asks a server that refuses the
+offered protocol version, naming those it speaks, once more at one of them (``_handshake``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import anyio
 
 from tether.errors import UpstreamError
+from tether.mcp._handshake import asked_again
 
 __all__ = [
     "MAX_POLL_S",
@@ -41,12 +44,23 @@ __all__ = [
     "NOT_READING",
     "Parked",
     "TaskRelay",
+    "poll_wait",
     "run_task",
     "task_required",
 ]
 
 MIN_POLL_S = 0.05
 MAX_POLL_S = 5.0
+
+
+def poll_wait(asked_ms: Any) -> float:
+    """The seconds between two polls: what the server asks (ms, 500 when it says nothing), held
+    to ``MIN_POLL_S``..``MAX_POLL_S`` before any division: an interval of 400 digits (an integer
+    JSON holds) divided by 1000 raised ``OverflowError``, failing a call that should have polled."""
+    asked = asked_ms if isinstance(asked_ms, int | float) and asked_ms == asked_ms else 500
+    return float(min(max(asked, MIN_POLL_S * 1000), MAX_POLL_S * 1000)) / 1000
+
+
 _ENDED = frozenset({"completed", "failed", "cancelled"})
 _SETTLED = _ENDED | {"input_required"}  # a status that ends the wait (a notification may say it)
 _HEARD = 64  # settled statuses kept from notifications not yet waited on (oldest dropped)
@@ -97,6 +111,7 @@ class TaskRelay:
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
+        self._initialize: Any = None  # the SDK's ``initialize`` until its first answer
         self.closed = False  # the connection's read stream ended (the server process or stream gone)
         self._heard: OrderedDict[str, Any] = OrderedDict()  # task id -> its settled status
         self._listening: dict[str, anyio.Event] = {}  # task id -> set when a settled status is heard
@@ -126,6 +141,15 @@ class TaskRelay:
                                 box[1] = message
                                 box[0].set()
                                 continue
+                            if (
+                                answers
+                                and self._initialize is not None
+                                and ident == self._initialize.message.id
+                            ):
+                                again, self._initialize = asked_again(self._initialize, message), None
+                                if again is not None:  # refused with the versions it speaks
+                                    self._send.send_nowait(again)
+                                    continue
                             if ident is not None and answers and ident in self._listings:
                                 self._listings.discard(ident)
                                 item = self._listing(item)
@@ -140,6 +164,8 @@ class TaskRelay:
                     async with from_sdk, unsent:
                         async for item in from_sdk:
                             sent: Any = getattr(item, "message", None)
+                            if getattr(sent, "method", None) == "initialize" and hasattr(sent, "id"):
+                                self._initialize = item  # asked once more if refused (``_handshake``)
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
                                 if not (sent.params or {}).get("cursor"):  # a new listing begins
@@ -333,7 +359,7 @@ async def run_task(
     shown: str | None = None
     try:
         while task.status not in _ENDED and task.status != "input_required":
-            interval = min(max((task.poll_interval or 500) / 1000, MIN_POLL_S), MAX_POLL_S)
+            interval = poll_wait(task.poll_interval)
             if park_at is not None and anyio.current_time() + interval >= park_at():
                 emit(action="parked", task_id=task_id, status=task.status, polls=polls)
                 return Parked(task_id, str(task.status), interval)
