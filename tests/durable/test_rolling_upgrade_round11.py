@@ -1,0 +1,96 @@
+"""An operator's rolling upgrade, eleventh round.
+
+What did not hold, each fixed here and pinned below:
+
+- a run's JSON-lines trace whose last line a writer cut short (a worker killed, -9, inside its
+  write of a batch; a full disk): the worker that continued the run appended its next event to
+  the cut line, so that event was lost (the console skipped the line, and a ``stop`` glued there
+  left the run listed as running), ``tether trace stats`` failed on the file for good ("line N
+  is not a trace event"), and a resume of the run (approved after the upgrade) failed at once
+  with a ``ValueError``: the approved run never finished. A trace sink now removes a cut last
+  line before it appends (a whole event left without its newline is ended), readers skip a cut
+  last line, and read the whole event an earlier release glued after one.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from pathlib import Path
+
+from test_rolling_upgrade import Operator, operator  # noqa: F401 - the fixture, shared
+
+from tether.console._runs import TraceIndex
+from tether.trace._events import EventKind, TraceEvent
+from tether.trace._tracer import JsonlSink, read_trace
+
+# -- a trace cut short by a killed writer --------------------------------------------------------
+
+
+def _trace(op: Operator, run_id: str) -> Path:
+    return op.agent.parent / "traces" / f"{run_id}.jsonl"
+
+
+def test_a_run_whose_trace_a_killed_worker_cut_short_resumes_and_its_trace_reads_whole(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """w1 pauses a run for approval and is killed (-9) inside a trace write: the file's last
+    line is cut short. The run approved, w2 (the new release) resumes it: it finishes, its
+    effect once, and its trace reads, numbered once, every event after the cut one there
+    (``tether trace stats`` too)."""
+    op = operator
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+    assert op.signal("w1", signal.SIGKILL) == -signal.SIGKILL
+    trace = _trace(op, run_id)
+    written = trace.read_bytes()
+    last = written.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    trace.write_bytes(written[: len(written) - len(last) // 2 - 1])  # half its last line, no newline
+    op.start("w2")
+    op.approve(run_id)
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    shown = op.runs("show", run_id)
+    assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+    assert Counter(r[0] for r in op.lines("effects.log")) == {run_id: 1}
+    events = read_trace(trace)
+    seqs = [e["seq"] for e in events]
+    # Numbered once, in order; only the event the kill cut is missing (the index numbered on).
+    assert seqs == sorted(set(seqs)) and set(range(1, seqs[-1] + 1)) - set(seqs) <= {json.loads(last)["seq"]}
+    kinds = [e["kind"] for e in events]
+    assert kinds[-1] == "stop" and kinds.count("run_resumed") == 1, kinds
+    stats = op.cli("trace", "stats", str(trace))
+    assert stats["stop_reason"] == "accepted" and stats["run_id"] == run_id, stats
+
+
+def _line(seq: int, kind: str, **data: object) -> bytes:
+    return json.dumps({"run_id": "r1", "seq": seq, "ts": "t", "kind": kind, **data}).encode() + b"\n"
+
+
+def test_a_trace_an_earlier_release_glued_after_a_cut_line_reads_every_whole_event(
+    operator: Operator,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """What an earlier release left: its next event appended to a cut line (``stop`` glued to
+    half a ``tool_observation``). ``trace stats`` and the console read the glued event; a
+    line broken otherwise is still named. A sink opened on a file whose last event lacks only
+    its newline ends it and keeps it; one opened on a cut line removes it."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    trace = folder / "r1.jsonl"
+    cut = _line(3, "tool_observation", tool="look", text="x" * 40)[:30]
+    trace.write_bytes(
+        _line(1, "run_started") + _line(2, "model_response") + cut + _line(4, "stop", reason="accepted")
+    )
+    assert [e["seq"] for e in read_trace(trace)] == [1, 2, 4]
+    assert operator.cli("trace", "stats", str(trace))["stop_reason"] == "accepted"
+    summary = TraceIndex(folder).get("r1")
+    assert summary is not None and summary.stop_reason == "accepted", summary
+    # A sink on a file whose last line is whole but unended keeps that event.
+    whole = folder / "r2.jsonl"
+    whole.write_bytes(_line(1, "run_started").rstrip(b"\n"))
+    sink = JsonlSink(whole, flush="each_event")
+    sink.write(TraceEvent("r2", 2, "t", EventKind.STOP, {"reason": "accepted"}))
+    sink.close()
+    assert [e["seq"] for e in read_trace(whole)] == [1, 2]
