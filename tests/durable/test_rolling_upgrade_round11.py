@@ -10,6 +10,14 @@ What did not hold, each fixed here and pinned below:
   with a ``ValueError``: the approved run never finished. A trace sink now removes a cut last
   line before it appends (a whole event left without its newline is ended), readers skip a cut
   last line, and read the whole event an earlier release glued after one.
+- a durable resume refused for a reason other than the two ``runs show`` listed (``run_busy``:
+  another live process held the run's resume claim, a console or ``tether resume`` of this
+  release, a worker stalled in it; or a reason of another release, beside this one or before a
+  rollback) ran nothing, yet the run was listed ``finished`` (its approved effect never run),
+  and ``runs move`` refused it as finished: the approval was lost for good, the refused resume's
+  id being fixed by the paused state. Any resume ending with an ``error`` and no stop reason now
+  leaves the run where it stood, every such refusal but ``not_paused`` is sent again by ``runs
+  move``, and the worker's ``run_not_resumed`` names that command (``hint``).
 """
 
 from __future__ import annotations
@@ -94,3 +102,74 @@ def test_a_trace_an_earlier_release_glued_after_a_cut_line_reads_every_whole_eve
     sink.write(TraceEvent("r2", 2, "t", EventKind.STOP, {"reason": "accepted"}))
     sink.close()
     assert [e["seq"] for e in read_trace(whole)] == [1, 2]
+
+
+# -- a resume refused for a reason a release does not list ---------------------------------------
+
+
+def test_a_resume_refused_while_another_process_resumed_the_run_leaves_it_paused_to_move(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """A run paused on w1 is approved while another live process holds its resume claim (a
+    console or ``tether resume`` of this release resuming it right now, a worker stalled in it):
+    w1's resume is refused, ``run_busy``, and ran nothing. It was listed ``finished`` (a view
+    that knew only the refusals of its own release), the approved effect never run, and
+    ``runs move`` refused the finished run: the approval was lost. It stands paused, and once
+    the other process let go (its resume failed before it ran anything) ``runs move`` sends the
+    resume again: the run finishes, its effect once."""
+    from datetime import UTC, datetime, timedelta
+
+    import anyio
+
+    from tether.policy._ledger import _owner, owner_dead
+    from tether.policy._sqlstore import SqlApprovalStore
+
+    op = operator
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+    store = SqlApprovalStore(op.url)
+    now = datetime.now(UTC)
+    claim = dict(owner=_owner(), lease_until=now + timedelta(minutes=5), now=now, owner_dead=owner_dead)
+    try:
+        assert anyio.run(lambda: store.claim_resume(run_id, **claim)) is not None  # this process resumes it
+        op.approve(run_id)
+
+        def refused() -> bool:
+            flows = op.runs("show", run_id)["workflows"]
+            return len(flows) == 2 and flows[-1]["status"] == "SUCCESS"
+
+        op.until("the resume to be refused", refused)
+        shown = op.runs("show", run_id)
+        assert (shown["status"], shown["stop_reason"]) == ("paused", "approval_required"), shown
+        assert op.lines("effects.log") == []
+        anyio.run(lambda: store.release_resume(run_id, owner=claim["owner"]))  # it let go, nothing run
+        moved = op.runs("move", run_id, "--to", "latest")
+        assert moved["resume_moved"] is True, moved
+    finally:
+        store.close()
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    shown = op.runs("show", run_id)
+    assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+    assert Counter(r[0] for r in op.lines("effects.log")) == {run_id: 1}
+
+
+def test_a_resume_refused_for_a_reason_of_another_release_is_read_as_refused() -> None:
+    """The rule both tests above lean on, for every refusal this release writes and those a
+    later release may write (beside this one, or before a rollback): a resume that ended with an
+    ``error`` and no stop reason ran nothing, so the run stands where the workflow before it left
+    it, and every refusal but ``not_paused`` is sent again by ``runs move``."""
+    from tether.durable._views import RunView, WorkflowView, refused_resume
+
+    def flow(op: str, **output: str) -> WorkflowView:
+        return WorkflowView(f"r.{op}", op, "SUCCESS", "w1", None, None, dict(output))
+
+    start = flow("start", stop_reason="approval_required")
+    for error in ("unreadable_checkpoint", "run_busy", "a_reason_of_a_later_release"):
+        resume = flow("resume", stop_reason="", error=error)
+        run = RunView("r", "acme", [start, resume])
+        assert (run.status, run.stop_reason, refused_resume(resume)) == ("paused", "approval_required", True)
+    idle = flow("resume", stop_reason="", error="not_paused")
+    assert RunView("r", "acme", [start, idle]).status == "paused" and not refused_resume(idle)
+    done = flow("resume", stop_reason="accepted")
+    assert RunView("r", "acme", [start, done]).status == "finished" and not refused_resume(done)
