@@ -107,6 +107,10 @@ def test_a_trace_an_earlier_release_glued_after_a_cut_line_reads_every_whole_eve
 # -- a resume refused for a reason a release does not list ---------------------------------------
 
 
+def _json(line: str) -> bool:
+    return line.startswith("{")
+
+
 def test_a_resume_refused_while_another_process_resumed_the_run_leaves_it_paused_to_move(
     operator: Operator,  # noqa: F811
 ) -> None:
@@ -129,10 +133,13 @@ def test_a_resume_refused_while_another_process_resumed_the_run_leaves_it_paused
     run_id = op.submit()
     op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
     store = SqlApprovalStore(op.url)
-    now = datetime.now(UTC)
-    claim = dict(owner=_owner(), lease_until=now + timedelta(minutes=5), now=now, owner_dead=owner_dead)
-    try:
-        assert anyio.run(lambda: store.claim_resume(run_id, **claim)) is not None  # this process resumes it
+    owner, now = _owner(), datetime.now(UTC)
+    until = now + timedelta(minutes=5)
+    try:  # this process resumes the run now
+        claimed = anyio.run(
+            lambda: store.claim_resume(run_id, owner=owner, lease_until=until, now=now, owner_dead=owner_dead)
+        )
+        assert claimed is not None
         op.approve(run_id)
 
         def refused() -> bool:
@@ -143,7 +150,10 @@ def test_a_resume_refused_while_another_process_resumed_the_run_leaves_it_paused
         shown = op.runs("show", run_id)
         assert (shown["status"], shown["stop_reason"]) == ("paused", "approval_required"), shown
         assert op.lines("effects.log") == []
-        anyio.run(lambda: store.release_resume(run_id, owner=claim["owner"]))  # it let go, nothing run
+        log = (op.folder / "w1.log").read_text().splitlines()
+        [told] = [e for e in map(json.loads, filter(_json, log)) if e["event"] == "run_not_resumed"]
+        assert (told["error"], told["hint"]) == ("run_busy", f"tether runs move {run_id} --to latest"), told
+        anyio.run(lambda: store.release_resume(run_id, owner=owner))  # it let go, nothing run
         moved = op.runs("move", run_id, "--to", "latest")
         assert moved["resume_moved"] is True, moved
     finally:
