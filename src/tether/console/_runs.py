@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tether.trace._stats import number, trace_stats
+from tether.trace._tracer import line_event
 
 __all__ = [
     "RunFilter",
@@ -156,7 +157,7 @@ def _stream(f: IO[bytes], view: RunView, names: Collection[bytes] = ()) -> Itera
         try:
             value = json.loads(line)
         except (ValueError, RecursionError):  # blank, cut by a crash, or nested past reading
-            continue
+            value = line_event(line)  # an event an earlier release glued after a cut line
         if isinstance(value, dict):
             yield value
 

@@ -26,7 +26,7 @@ from tether.durable._intake import (
     start_row,
     waiting_count,
 )
-from tether.durable._views import UNREADABLE, RunView, WorkflowView, dt_ms, queued_view
+from tether.durable._views import RunView, WorkflowView, dt_ms, queued_view, refused_resume
 from tether.errors import ApprovalError
 from tether.policy._trusted import TrustedContext
 from tether.stores._url import parse_url
@@ -299,9 +299,9 @@ class DurableClient:
     def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
         """Bind a paused run to another version (``latest``: the newest live worker serving its
         app) so its resume runs there; a resume stranded on a version no live worker serves is
-        enqueued again on the target, and one a worker refused (``unreadable_checkpoint``) again,
-        on a SQLite deployment's one version too. Raises ``ApprovalError`` (``unknown_run``,
-        ``not_paused``, ``no_such_version``)."""
+        enqueued again on the target, and one a worker refused (``unreadable_checkpoint``,
+        ``run_busy``, another release's reason) again, on a SQLite deployment's one version too.
+        Raises ``ApprovalError`` (``unknown_run``, ``not_paused``, ``no_such_version``)."""
         from tether.durable._versions import record_move, serving
 
         view = self.run(run_id)
@@ -309,8 +309,9 @@ class DurableClient:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
         app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
         last = view.workflows[-1]
-        # A resume a worker refused, unable to read the checkpoint: it ran nothing, so it goes again.
-        refused = last.op == "resume" and (last.output or {}).get("error") == UNREADABLE
+        # A resume a worker refused (unable to read the checkpoint, another process resuming the
+        # run): it ran nothing, so it goes again.
+        refused = refused_resume(last)
         db = self.db
         if db is None:
             if not refused:

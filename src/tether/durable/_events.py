@@ -9,9 +9,10 @@ another agent's; it stays pending for a worker that can), ``effect_escalated``
 (with the command that resolves it), ``resume_enqueued``, ``executors_recovered``,
 ``worker_error`` (``cause``), ``runs_left`` (the runs a restarted worker left in flight under
 the version it ran before: ``version``, ``runs``, ``hint``), ``run_cancelled`` (instead of
-DBOS's ERROR traceback) and ``run_not_resumed`` (``error``: ``not_paused``, or
+DBOS's ERROR traceback) and ``run_not_resumed`` (``error``: ``not_paused``,
 ``unreadable_checkpoint`` for a checkpoint another release wrote in a format this one cannot
-read; ``detail``).
+read, ``run_busy`` while another process resumed the run; ``detail``; ``hint``: the command
+that sends a refused resume again).
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ async def observed(
             "run_finished", **ids, stop_reason=stop, exit=code, detail=out.get("detail"), elapsed_s=took
         )
     elif out.get("error"):  # a resume that did nothing: the run stands where it was
-        log_event("run_not_resumed", **ids, error=out["error"], detail=out.get("detail"))
+        again = (
+            {} if out["error"] == "not_paused" else {"hint": f"tether runs move {ids['run_id']} --to latest"}
+        )
+        log_event("run_not_resumed", **ids, error=out["error"], detail=out.get("detail"), **again)
     if stop and (stop != "accepted" or out.get("problems")):
         await _escalations(rt, ids)
     return out

@@ -42,7 +42,20 @@ class WorkflowView:
 # A resume refused because its checkpoint is in a format this release cannot read (a later
 # release's): it ran and wrote nothing; ``tether runs move`` enqueues it again.
 UNREADABLE = "unreadable_checkpoint"
-_DID_NOTHING = ("not_paused", UNREADABLE)
+
+
+def did_nothing(output: Any) -> bool:
+    """Whether a workflow's output is a resume's that ran and wrote nothing: refused, with an
+    ``error`` and no stop reason (``not_paused``, ``unreadable_checkpoint``, ``run_busy``: another
+    process was resuming the run; or a reason of another release, beside this one or after a
+    rollback, which this one cannot list)."""
+    return isinstance(output, dict) and bool(output.get("error")) and not output.get("stop_reason")
+
+
+def refused_resume(w: WorkflowView) -> bool:
+    """A resume a worker refused, not for the run being past pausing (``not_paused``): the run
+    stands paused, its approval unused, and nothing else enqueues that resume again."""
+    return w.op == "resume" and did_nothing(w.output) and (w.output or {}).get("error") != "not_paused"
 
 
 @dataclass
@@ -73,9 +86,9 @@ class RunView:
         if w.status != "SUCCESS":
             return _STATUS.get(w.status, w.status.lower())
         out = w.output or {}
-        if out.get("error") in _DID_NOTHING and len(self.workflows) > 1:
-            # A resume that found nothing to resume (or a checkpoint it cannot read): the run
-            # stands where the one before left it.
+        if did_nothing(out) and len(self.workflows) > 1:
+            # A resume that found nothing to resume, or was refused (a checkpoint it cannot read,
+            # another process resuming the run): the run stands where the one before left it.
             return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
         return "paused" if out.get("stop_reason") == "approval_required" else "finished"
 

@@ -44,6 +44,7 @@ __all__ = [
     "TraceSink",
     "Tracer",
     "flush_mode",
+    "line_event",
     "read_trace",
 ]
 
@@ -102,6 +103,56 @@ def _write_all(file: Any, data: bytes) -> None:
         view = view[file.write(view) :]
 
 
+def _end_cut_line(path: Path, file: Any) -> None:
+    """Before appending to a trace file a writer left (a worker killed, -9, inside a write; the
+    disk full): a last line it cut short is no event and is removed, or the next event would be
+    glued to it and lost (and the file unreadable); a whole event left without its newline is
+    ended. A file that ends with a newline is not touched."""
+    size = os.fstat(file.fileno()).st_size
+    if not size:
+        return
+    fd = os.open(path, os.O_RDONLY)  # ``file`` appends only
+    try:
+        if os.pread(fd, 1, size - 1) == b"\n":
+            return
+        start = size
+        while start > 0:  # back to the last line's start, a block at a time
+            start = max(0, start - _TAIL_BLOCK)
+            newline = os.pread(fd, min(_TAIL_BLOCK, size - start), start).rfind(b"\n")
+            if newline >= 0:
+                start += newline + 1
+                break
+        tail = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    if line_event(tail) is not None:
+        _write_all(file, b"\n")
+    else:
+        os.ftruncate(file.fileno(), start)
+
+
+def line_event(line: bytes | str) -> dict[str, Any] | None:
+    """The trace event of one line, or None where it holds none. A line an earlier writer cut
+    short (killed mid-write) and the next event was appended to, unended, holds that whole event
+    at its end: it is read (a release before this one did not end a cut line)."""
+    raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
+    at, tries = 0, 0
+    while at >= 0 and tries < _GLUE_TRIES:
+        try:
+            value = json.loads(raw[at:])
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict) and (at == 0 or {"seq", "kind"} <= value.keys()):
+            return value
+        at, tries = raw.find(_EVENT_START, at + 1), tries + 1
+    return None
+
+
+_TAIL_BLOCK = 1 << 16
+_EVENT_START = b'{"run_id":'  # how every line this package writes begins
+_GLUE_TRIES = 16
+
+
 class JsonlSink:
     """Append-only JSON lines, one file per run; see the module docstring for ``flush``."""
 
@@ -124,6 +175,7 @@ class JsonlSink:
         if not os.path.isdir(path.parent):  # one stat when it exists
             path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("ab", buffering=0)
+        _end_cut_line(path, self._file)
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
         self._size = 0
@@ -328,7 +380,9 @@ class Tracer:
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Load a JSONL trace file. Raises ``ValueError`` naming a line that is not a JSON object."""
+    """Load a JSONL trace file. A last line cut short (its writer killed mid-write) is skipped,
+    an event glued after a cut line is read (``line_event``). Raises ``ValueError`` naming any
+    other line that is not a JSON object."""
     events: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
@@ -337,7 +391,11 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
             try:
                 event = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: line {number} is not a trace event: {err.msg}") from None
+                event = line_event(line)  # an event glued after a cut line
+                if event is None and not line.endswith("\n"):
+                    continue  # the last line, cut short by a writer killed mid-write (or still writing)
+                if event is None:
+                    raise ValueError(f"{path}: line {number} is not a trace event: {err.msg}") from None
             except RecursionError:  # what a run wrote nested past reading: the same typed error
                 raise ValueError(f"{path}: line {number} is not a trace event: nested too deep") from None
             if not isinstance(event, dict):
