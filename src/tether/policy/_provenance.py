@@ -146,6 +146,7 @@ class ProvenanceIndex(Naming, Steering):
         self._named: dict[tuple[str, str, str], bool] = {}
         self._claims: dict[str, set[str]] | None = None  # names the request gives, by naming field
         self._quoted: frozenset[str] | None = None  # spans the request quotes
+        self._free_names: list[Segment] | None = None  # naming fields anyone may write, read
         self._twins: dict[tuple[str, str], dict[str, set[tuple[str, str]]]] | None = None  # by name
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
