@@ -72,6 +72,7 @@ from tether.policy._provenance_text import (
     made_of,
     occurrences,
     pieced,
+    redials,
     reprints,
     reprints_whole,
     request_names,
@@ -223,7 +224,7 @@ class ProvenanceIndex(Naming, Steering):
         inside = [(w, value) for w in exact] + [
             (w, w.text if reprints_whole(w.text, value) else value)
             for w in writes
-            if w not in exact and reprints(value, w.text)
+            if w not in exact and (reprints(value, w.text) or redials(w.text, value))
         ]
         if inside:
             out: list[Origin] = []
