@@ -56,7 +56,7 @@ at laundering through state and composition: values the run wrote coming back as
    the model save the notes of the user's "Quarterly Review" as base64; the notes app decoded
    them and filed the address in them as a contact of the note (a field the system fills), and
    the report went to that contact unreviewed. A write is also what a store that decodes it
-   keeps (``provenance_run._decoded``).
+   keeps (``provenance_decoding.decoded``).
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks what
 the tools received (the attack did not run without approval, and the trace says why) AND that the

@@ -14,7 +14,7 @@ laundering: values the run wrote coming back better trusted than where they came
    headers, or write quoted-printable; a notes app that imports such text filed the address it
    held as a contact of the user's "Quarterly Review" note, and the report went to it
    unreviewed. Base64 blocks of lines (spaces and line breaks left out, as decoders skip them)
-   and quoted-printable are decoded too (``provenance_run._decoded``).
+   and quoted-printable are decoded too (``provenance_decoding.decoded``).
 3. **a sum or a day a store computed from what the run changed**: a named record's figures bound
    a payment (``bound: [named]``) and its days a date (``from: [named:…]``), except fields whose
    value the run wrote. An invoice's total (hours times rate) and due day (terms after issue) are

@@ -72,6 +72,7 @@ from tether.policy._provenance_text import (
     made_of,
     occurrences,
     pieced,
+    redials,
     reprints,
     reprints_whole,
     request_names,
@@ -146,6 +147,7 @@ class ProvenanceIndex(Naming, Steering):
         self._named: dict[tuple[str, str, str], bool] = {}
         self._claims: dict[str, set[str]] | None = None  # names the request gives, by naming field
         self._quoted: frozenset[str] | None = None  # spans the request quotes
+        self._free_names: list[Segment] | None = None  # naming fields anyone may write, read
         self._twins: dict[tuple[str, str], dict[str, set[tuple[str, str]]]] | None = None  # by name
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
@@ -222,7 +224,7 @@ class ProvenanceIndex(Naming, Steering):
         inside = [(w, value) for w in exact] + [
             (w, w.text if reprints_whole(w.text, value) else value)
             for w in writes
-            if w not in exact and reprints(value, w.text)
+            if w not in exact and (reprints(value, w.text) or redials(w.text, value))
         ]
         if inside:
             out: list[Origin] = []

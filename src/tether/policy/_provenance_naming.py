@@ -11,7 +11,12 @@ meeting". A request names one record of a kind by one name; when the records the
 take two different names of one such field (``field_name``) from the request, the request
 no longer tells which of them it meant, and none of those names vouches (*contested*) but a
 name the request quotes whole ("pay the invoice 'Q3 services'"): the user wrote it as a name,
-so a record it names is theirs to name, however many others the request names. The
+so a record it names is theirs to name, however many others the request names, unless records
+of another naming field carry it too (an invitation titled as the file the request quotes:
+the quote does not say which kind it names). A name is contested too where another record the
+run read, of the same field, has a name whose words the request all gives, one of them a word
+of the first (the user's "Budget Review (Q3)" and a stranger's "Budget review meeting", when
+the request says "the Budget review meeting"): the request may mean that one. The
 same name on several records (a recurring meeting, one record read twice) is one name; a
 name the run wrote itself is the run's, no claim of its own; a name a source vouches for (a
 sender's address, an account) is the source's, not anyone's choice of words.
@@ -49,6 +54,7 @@ class Naming:
     _claims: dict[str, set[str]] | None
     _quoted: frozenset[str] | None
     _twins: dict[tuple[str, str], dict[str, set[tuple[str, str]]]] | None
+    _free_names: list[Segment] | None
 
     if TYPE_CHECKING:
 
@@ -102,17 +108,59 @@ class Naming:
         return [segs for segs in self._records.values() if segs and self.record_named_by_user(segs[0].label)]
 
     def _contested(self, seg: Segment) -> bool:
-        """Whether the request names, through ``seg``'s field, records of two different names
-        (``seg`` being a field anyone may write: see the module docstring)."""
-        if seg.naming != "whole" or seg.label.trust in VOUCHING or self._quoted_whole(seg):
+        """Whether the request names, through ``seg``'s field, records of two different names,
+        or may mean another record than the one ``seg`` names (``_near``); a name it quotes is
+        the user's unless records of another naming field carry it too (``_other_kind``). ``seg``
+        is a field anyone may write: see the module docstring."""
+        if seg.naming != "whole" or seg.label.trust in VOUCHING:
+            return False
+        if self._quoted_whole(seg) and not self._other_kind(seg):
             return False
         if self._claims is None:
             self._claims = {}
-            free = [s for s in self.segments if s.naming == "whole" and s.label.trust not in VOUCHING]
-            for other in free:
-                if other.label.record_id is not None and self._names(other) and not self.written(other):
+            for other in self._free():
+                if self._names(other):
                     self._claims.setdefault(other.field_name, set()).add(other.text)
-        return len(self._claims.get(seg.field_name, ())) > 1
+        return len(self._claims.get(seg.field_name, ())) > 1 or self._near(seg)
+
+    def _free(self) -> list[Segment]:
+        """The naming fields anyone may write of the records the run read (not the run's own)."""
+        if self._free_names is None:
+            self._free_names = [
+                s
+                for s in self.segments
+                if s.naming == "whole"
+                and s.label.trust not in VOUCHING
+                and s.label.record_id is not None
+                and not self.written(s)
+            ]
+        return self._free_names
+
+    def _other_kind(self, seg: Segment) -> bool:
+        """Whether a record of another naming field carries one of ``seg``'s name forms (an event
+        titled as the file the request quotes): the quote does not tell which kind it names."""
+        forms = name_forms(seg.text)
+        return any(
+            o.field_name != seg.field_name and not forms.isdisjoint(name_forms(o.text)) for o in self._free()
+        )
+
+    def _near(self, seg: Segment) -> bool:
+        """Whether another record the run read names, in ``seg``'s field, a different name whose
+        words the request all gives, one of them a word of ``seg``'s name: the request may mean
+        that record ("the Budget review meeting" for the user's "Budget Review (Q3)") when a
+        stranger's record takes the phrase whole."""
+        mine = self._significant(seg.text)
+        for other in self._free():
+            if other.field_name != seg.field_name or other.text == seg.text:
+                continue
+            words = self._significant(other.text)
+            if len(words) >= 2 and words <= self._user_words and not words.isdisjoint(mine):
+                return True
+        return False
+
+    @staticmethod
+    def _significant(text: str) -> set[str]:
+        return {w for w in ALPHA_WORD.findall(text) if len(w) >= 3 and w not in STOP}
 
     def _quoted_whole(self, seg: Segment) -> bool:
         """Whether the request quotes one of ``seg``'s name forms whole."""

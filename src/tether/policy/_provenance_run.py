@@ -9,17 +9,15 @@ the index are in ``_provenance_rules``.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
-import quopri
-import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from tether.core.types import CallRecord
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_decoding import decoded
 from tether.policy._provenance_labels import (
     ERROR,
     Directory,
@@ -255,7 +253,7 @@ def _writes(
             written.append(Written(" ".join(map(normalise, leaves)), seen, echo=record.call_id, answer=True))
         if echo and seen is None:
             continue
-        for leaf in (form for value in leaves for form in (value, *_decoded(value))):
+        for leaf in (form for value in leaves for form in (value, *decoded(value))):
             text = normalise(leaf)
             if text:
                 links = frozenset(link.key for link in find_links(leaf))
@@ -346,56 +344,6 @@ def _leaves(arguments: Any) -> list[str]:
     if isinstance(arguments, Mapping):
         return [leaf for value in arguments.values() for leaf in split_values(value)]
     return split_values(arguments)
-
-
-_BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
-_BASE64_LINE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # a line of a block, its spaces left out
-_QUOTED_PRINTABLE = re.compile(r"=(?:[0-9A-F]{2}|\r?\n)")
-_BLANK = re.compile(r"[ \t]+")
-
-
-def _decoded(value: str) -> list[str]:
-    """What a store that decodes ``value`` keeps of it, beside the value as written: its base64
-    (standard or URL-safe, padded or not; whole, or a block of lines of it, as MIME wraps it and
-    as a part stands under its headers, the spaces and line breaks a decoder skips left out) and
-    its quoted-printable read as UTF-8 text. A file uploaded as base64, or a message imported
-    with its parts transfer-encoded, and read back as text is the text the run wrote, not the
-    store's."""
-    out = [text for block in _base64_blocks(value) if (text := _base64_text(block))]
-    if _QUOTED_PRINTABLE.search(value):
-        try:
-            text = quopri.decodestring(value.encode("utf-8")).decode("utf-8")
-        except (ValueError, UnicodeError):
-            text = ""
-        if text.strip() and text != value:
-            out.append(text)
-    return out
-
-
-def _base64_blocks(value: str) -> list[str]:
-    """The runs of consecutive lines of ``value`` that are base64 once their spaces are left out,
-    each joined into one string (a single line: the value itself)."""
-    blocks: list[list[str]] = [[]]
-    for line in value.splitlines():
-        bare = _BLANK.sub("", line)
-        if bare and _BASE64_LINE.fullmatch(bare) and not (blocks[-1] and "=" in blocks[-1][-1]):
-            blocks[-1].append(bare)
-        elif blocks[-1]:
-            blocks.append([])
-    return ["".join(b) for b in blocks if b]
-
-
-def _base64_text(s: str) -> str:
-    """``s`` decoded from base64 as UTF-8 text, or "" where it is no such text (bytes that decode
-    by chance, or not base64)."""
-    if not _BASE64.fullmatch(s) or len(s.rstrip("=")) % 4 == 1:
-        return ""
-    raw = s.rstrip("=").replace("-", "+").replace("_", "/")
-    try:
-        text = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return ""
-    return text if text.strip() and "".join(text.split()).isprintable() else ""
 
 
 def history(state: Any, kind: str) -> list[Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "name_forms",
     "occurrences",
     "pieced",
+    "redials",
     "reprinted",
     "reprints",
     "reprints_whole",
@@ -140,7 +141,7 @@ def echoed(w: Written, seg: Segment) -> bool:
         return True
     if w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text):
         return True
-    return reprints(seg.raw, w.text) or reprints(w.text, seg.raw)
+    return reprints(seg.raw, w.text) or reprints(w.text, seg.raw) or redials(w.text, seg.raw)
 
 
 def _holds(text: str, written: str) -> bool:
@@ -360,6 +361,36 @@ def reprints(held: str, text: str) -> bool:
     if len(h) < 2 or h not in reprinted(text, bare=True):
         return False
     return re.search(r"(?<!\S)" + " ?".join(map(re.escape, h)) + r"(?!\S)", reprinted(text)) is not None
+
+
+# A phone number as written or printed: digits with the spaces, dots, dashes and brackets
+# between them, a "+" before; seven digits or more (``_dialled``).
+_DIALLED = re.compile(r"(?<![\w+])\+?\(?\d[\d ()./-]{5,}\d(?![\d])")
+_COUNTRY = 3  # digits of a country code, at most
+
+
+def redials(written: str, text: str) -> bool:
+    """Whether ``text`` holds a phone number of ``written`` as a store that keeps numbers in
+    another dialling form gives it back: ``020 7946 0958`` as ``+442079460958`` (the trunk
+    ``0`` dropped, a country code put before), or the other way round. Their digits, leading
+    zeros (a trunk or an international prefix) left out, are the same, or one ends with the
+    other and a country code (three digits at most) stands before it."""
+    mine = _dialled(written)
+    if not mine:
+        return False
+    for other in _dialled(text):
+        for number in mine:
+            short, long = sorted((number, other), key=len)
+            if long.endswith(short) and len(long) - len(short) <= _COUNTRY:
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _dialled(text: str) -> frozenset[str]:
+    """The phone numbers ``text`` holds, as their digits without leading zeros (seven or more)."""
+    found = (re.sub(r"\D", "", m.group(0)).lstrip("0") for m in _DIALLED.finditer(text))
+    return frozenset(d for d in found if len(d) >= 7)
 
 
 def reprints_whole(written: str, value: str) -> bool:
