@@ -420,8 +420,9 @@ class HTTPBackend(RetryingBackend):
         def settle(response: ModelResponse) -> ModelResponse:
             response = unique_call_ids(request.messages, response)  # an id an earlier call has
             response, estimated = unreported(request, response)
-            price = self.price_of(response.model)
-            if estimated and price is not None:  # counts the server left out, estimated: priced too
+            if estimated and (price := self.price_of(response.model)) is not None:
+                # counts the server left out, estimated: priced too (looked up only then: an
+                # answer naming another model is a table search)
                 response = replace(response, cost_usd=price.cost(response.usage))
             return response
 
