@@ -48,7 +48,7 @@ from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
-from tether.models._said import _Said, _with_arguments, _with_left_out
+from tether.models._said import DONE_EVENTS, _Said, _with_arguments, _with_left_out
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -219,6 +219,10 @@ class OpenAIResponses(OpenAIBackend):
                 item = said.item(said.added, event)
                 if on_delta is not None and item.get("type") == "function_call":
                     on_delta("tool_call", str(item.get("name", "")))
+            elif kind in DONE_EVENTS:
+                shown = said.part_done(kind, event)
+                if on_delta is not None and shown is not None:
+                    on_delta(*shown)
             elif kind == "response.function_call_arguments.done":
                 said.check(event, event.get("arguments"))
             elif kind == "response.output_item.done":

@@ -14,7 +14,7 @@ from typing import Any
 from tether.models._base import paired
 from tether.models._retrying import Retryable, streamed
 
-__all__ = ["_Said", "_same_json", "_with_arguments", "_with_left_out"]
+__all__ = ["DONE_EVENTS", "_Said", "_same_json", "_with_arguments", "_with_left_out"]
 
 
 class _Said:
@@ -35,6 +35,8 @@ class _Said:
         self.refusal: dict[object, list[str]] = {}
         self.thought: dict[object, list[str]] = {}
         self.numbered: dict[int, Mapping[str, Any]] = {}  # the first event of each sequence_number
+        # The deltas of each part (text, refusal, summary) by (its kind, item key, part index).
+        self.parts: dict[tuple[str, object, int], list[str]] = {}
 
     def again(self, event: Mapping[str, Any]) -> bool:
         """Whether the same event came before under its ``sequence_number`` (read once: a text
@@ -63,8 +65,46 @@ class _Said:
 
     def piece(self, into: dict[object, list[str]], event: Mapping[str, Any], delta: object) -> None:
         if isinstance(delta, str) and delta:
-            into.setdefault(self.key(event), []).append(delta)
+            key = self.key(event)
+            into.setdefault(key, []).append(delta)
+            self.parts.setdefault((self._kind(into), key, _part(event)), []).append(delta)
             streamed(delta)
+
+    def _kind(self, into: dict[object, list[str]]) -> str:
+        return "text" if into is self.text else "refusal" if into is self.refusal else "thought"
+
+    def part_done(self, kind: str, event: Mapping[str, Any]) -> tuple[str, str] | None:
+        """A message part's text as the stream is done with it (``output_text.done``,
+        ``refusal.done``, ``content_part.done``; ``kind`` the event's type): where deltas said the
+        part, they must be the same text (as a call's arguments must be: which is the answer?);
+        where none did (a server that sends only the done events), it is the part's text, as if
+        one delta had said it. Returns ("text", the text) when it said the part, for the caller
+        to show. (A reasoning summary's done events are not read: its deltas or its done item
+        say it, and it is no answer.)"""
+        field, into = _DONE_FIELDS[kind]
+        said = event.get(field)
+        if kind.endswith("part.done"):  # the part itself: its text under its own type's field
+            part = said if isinstance(said, dict) else {}
+            ptype = part.get("type")
+            field, into = ("refusal", "refusal") if ptype == "refusal" else ("text", into)
+            said = part.get(field) if ptype in ("output_text", "text", "refusal") else None
+        if not isinstance(said, str):
+            return None
+        pieces: dict[object, list[str]] = getattr(self, into)
+        key = self.key(event)
+        part_key = (self._kind(pieces), key, _part(event))
+        deltas = self.parts.get(part_key)
+        if deltas is None:  # nothing said of the part before: the done event says it
+            self.parts[part_key] = [said]
+            if said:
+                pieces.setdefault(key, []).append(said)
+                streamed(said)
+                return "text", said
+            return None
+        if paired(streamed_as := "".join(deltas)) != paired(said):
+            why = f"a {part_key[0]} part streamed as {streamed_as[:80]!r} is done as {said[:80]!r}"
+            raise Retryable("stream_unreadable", why)
+        return None
 
     def item(self, into: dict[object, dict[str, Any]], event: Mapping[str, Any]) -> dict[str, Any]:
         item = event.get("item") or {}
@@ -113,6 +153,24 @@ class _Said:
     @staticmethod
     def joined(pieces: dict[object, list[str]], key: object) -> list[str]:
         return ["".join(pieces[key])] if key in pieces else []
+
+
+# The events that say a part is done: the field that holds its text, and what it is said into.
+_DONE_FIELDS = {
+    "response.output_text.done": ("text", "text"),
+    "response.refusal.done": ("refusal", "refusal"),
+    "response.content_part.done": ("part", "text"),
+}
+DONE_EVENTS = frozenset(_DONE_FIELDS)
+
+
+def _part(event: Mapping[str, Any]) -> int:
+    """Which part of its item an event is about (``content_index``, a summary's
+    ``summary_index``; digits written as text are that number; 0 when none: a proxy's)."""
+    value = event.get("content_index", event.get("summary_index"))
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _IDENTITY = ("type", "id", "call_id", "name")  # what an item is: said when added, kept when done
