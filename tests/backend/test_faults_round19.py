@@ -15,20 +15,22 @@ block had said it did not have; ``_anthropic._Blocks.delta``).
 Variants fixed this round (accepted with the answer, where before they were retried to
 ``model_error``): a Responses stream whose text comes only in its done events (``output_text.done``
 and ``content_part.done``; no deltas, no ``output_item.done``, the terminal output empty: before,
-no text, an empty answer); a Responses refusal said only in ``refusal.done`` is a refusal
-(``model_refused``); an Anthropic stream that ends with ``data: [DONE]`` in place of
-``message_stop`` (a proxy that ends every stream as chat's does, which both SDKs pass over;
-before: "stream event is not JSON"), each protocol's reader judging the stream as one that ended
-there (``_sse.events``); an Anthropic stream whose stop reason is in ``message_start``'s message
-and that sends no ``message_delta`` (a proxy that turns a whole answer into a stream, as the SDK's
-accumulator reads it; before: no stop reason, ``model_error``); an Anthropic block ``index``
-written as text (``"0"``: before, a delta for a block never started), as a chat index is.
+no text, an empty answer; a refusal said only in ``refusal.done`` is now ``model_refused``, not
+an empty answer's ``model_error``); an Anthropic stream that ends with ``data: [DONE]`` in place
+of ``message_stop`` (a proxy that ends every stream as chat's does: the openai SDK stops there,
+the anthropic SDK passes over an event it does not name; before: "stream event is not JSON"),
+each protocol's reader judging the stream as one that ended there (``_sse.events``); an
+Anthropic stream whose stop reason is in ``message_start``'s message and that sends no
+``message_delta`` (a proxy that turns a whole answer into a stream, as the SDK's accumulator
+reads it; before: no stop reason, ``model_error``); an Anthropic block ``index`` written as text
+in its deltas and stop (``"0"``, its start ``0``: before, a delta for a block never started), as
+a chat call's index is.
 
 Held as they were (pinned here): ``[DONE]`` after a Responses terminal event or an Anthropic
-``message_stop`` (accepted); ``[DONE]`` before the stop reason or the terminal event, and a stop
-reason in ``message_start`` followed by a stream cut after its first piece of text (faults,
-retried as a stream that ended early); a chat call whose id changes mid-call (the call runs once,
-with its arguments whole).
+``message_stop`` (accepted); a chat call whose id changes mid-call (the call runs once, with its
+arguments whole); ``[DONE]`` before the stop reason or the terminal event, and a stop reason in
+``message_start`` followed by a stream cut after its first piece of text (faults, retried, now
+named as a stream that ended early: before, "not JSON" and "no stop reason").
 """
 
 from __future__ import annotations
@@ -152,9 +154,9 @@ def text_after_block_stop(items: list[Any]) -> list[Any]:
 
 
 def index_as_text(items: list[Any]) -> list[Any]:
-    """Anthropic: every block event's ``index`` written as text (``"0"``)."""
+    """Anthropic: each block's deltas and stop number it as text (``"0"``), its start as a number."""
     for item in items:
-        if _is(item, "content_block_start", "content_block_delta", "content_block_stop"):
+        if _is(item, "content_block_delta", "content_block_stop"):
             item["index"] = str(item["index"])
     return items
 
