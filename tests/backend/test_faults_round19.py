@@ -10,7 +10,17 @@ Responses ``output_text.done`` or ``content_part.done`` whose text is not the te
 whatever the stream said it was done with, where arguments done otherwise than their deltas are
 a garbled stream; ``_said._Said.part_done``); an Anthropic block delta after that block's
 ``content_block_stop`` (before: its text was appended, and the answer accepted with a piece the
-block had said it did not have; ``_anthropic._Blocks.delta``).
+block had said it did not have; ``_anthropic._Blocks.delta``); a Responses call added at the
+output index of a call whose arguments are not yet whole JSON (whose are the pieces after it?).
+
+A Responses stream whose items are all numbered ``output_index`` 0 (a translating proxy, as
+Anthropic's blocks all numbered 0 are) now runs each call: an item added at an index another item
+has is a new item, the events at that index its own from then on (``_said._Said._reused``).
+Before: with only added items and deltas, the two calls' arguments ran together as one call, the
+gate refused it, and the run went on to be ``accepted`` (the model handed a garbled turn's result
+as if it had asked for it); with done events, the second call's deltas joined the first's and
+disagreed with its done arguments, a garbled stream retried to ``model_error``; with a terminal
+output that lists them, the same.
 
 Variants fixed this round (accepted with the answer, where before they were retried to
 ``model_error``): a Responses stream whose text comes only in its done events (``output_text.done``
@@ -40,7 +50,7 @@ from typing import Any
 
 import pytest
 from test_faults_heldout import ANSWER, ORDER, run_case, twice
-from test_faults_round3 import assert_outcome
+from test_faults_round3 import OTHER, assert_outcome
 from test_faults_round4 import SERVERS4, Round4, round_params
 
 from tether_testing.fake_server import Reply
@@ -174,6 +184,39 @@ def call_id_changes(items: list[Any]) -> list[Any]:
     return items
 
 
+def items_at_index_0(*, done: bool, terminal: bool, cut_first: bool = False) -> Edit:
+    """Responses: every event's ``output_index`` 0 (a translating proxy that numbers each item
+    0); ``done``: the done events kept (else only added and deltas); ``terminal``: the terminal
+    output lists the items (else none); ``cut_first``: the first call's last argument delta lost,
+    the second call added over it."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        first_done = next(n for n, i in enumerate(items) if _is(i, "response.function_call_arguments.done"))
+        out = []
+        for n, item in enumerate(items):
+            if isinstance(item, dict) and "output_index" in item:
+                item["output_index"] = 0
+            if cut_first and n == first_done - 1:
+                continue
+            if not done and _is(item, "response.output_item.done", "response.function_call_arguments.done"):
+                continue
+            if not terminal and _is(item, "response.completed"):
+                item["response"]["output"] = []
+            out.append(item)
+        return out
+
+    return edit
+
+
+def cut_at_0(items: list[Any]) -> list[Any]:
+    """Responses: two calls added at output index 0, the first cut (only added and deltas)."""
+    return items_at_index_0(done=False, terminal=False, cut_first=True)(items)
+
+
+def two_calls(edit: Edit) -> Callable[[str, bool], list[Reply]]:
+    return lambda p, s: [Reply.calls(ORDER, OTHER, edit=edit), Reply.text(ANSWER)]
+
+
 def good_with(edit: Edit) -> Callable[[str, bool], list[Reply]]:
     return lambda p, s: [Reply.calls(ORDER, edit=edit), Reply.text(ANSWER, edit=edit)]
 
@@ -194,6 +237,12 @@ CASES = [
     Round4("anthropic_stop_reason_in_message_start", good_with(stop_reason_in_message_start), True,
            at=ANTHROPIC_STREAMS),
     Round4("anthropic_block_index_as_text", good_with(index_as_text), True, at=ANTHROPIC_STREAMS),
+    Round4("responses_items_all_at_output_index_0", two_calls(items_at_index_0(done=True, terminal=True)),
+           True, calls=("ok", "ok"), at=RESPONSES_STREAMS),
+    Round4("responses_items_all_at_output_index_0_terminal_empty", two_calls(items_at_index_0(
+        done=True, terminal=False)), True, calls=("ok", "ok"), at=("responses/stream/http",)),
+    Round4("responses_items_all_at_output_index_0_only_added", two_calls(items_at_index_0(
+        done=False, terminal=False)), True, calls=("ok", "ok"), at=("responses/stream/http",)),
     Round4("chat_call_id_changes_mid_call", lambda p, s: [Reply.calls(ORDER, edit=call_id_changes),
            Reply.text(ANSWER)], True, at=("chat/stream/http", "chat/stream/sdk")),
     # -- faults ------------------------------------------------------------------------------
@@ -205,6 +254,10 @@ CASES = [
            False, ("refused",), stop="model_refused", at=RESPONSES_STREAMS),
     Round4("responses_done_marker_before_terminal", twice(text(done_marker_before_terminal)), False,
            ("without a terminal event", "gave up"), at=("responses/stream/http",)),
+    Round4("responses_call_added_over_a_cut_call", twice(lambda p, s: Reply.calls(
+        ORDER, OTHER, edit=cut_at_0)), False,
+           ("added at output index 0 over a call whose arguments are not whole", "gave up"),
+           at=("responses/stream/http",)),
     Round4("anthropic_text_after_block_stop", twice(text(text_after_block_stop)), False,
            ("a text_delta for block 0 after its content_block_stop", "gave up"), at=ANTHROPIC_STREAMS),
     Round4("anthropic_done_marker_before_stop_reason", twice(text(done_marker_for("message_delta"))), False,

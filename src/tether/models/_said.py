@@ -37,6 +37,7 @@ class _Said:
         self.numbered: dict[int, Mapping[str, Any]] = {}  # the first event of each sequence_number
         # The deltas of each part (text, refusal, summary) by (its kind, item key, part index).
         self.parts: dict[tuple[str, object, int], list[str]] = {}
+        self.now: dict[object, object] = {}  # an output index a later item reused: that item's key
 
     def again(self, event: Mapping[str, Any]) -> bool:
         """Whether the same event came before under its ``sequence_number`` (read once: a text
@@ -53,9 +54,12 @@ class _Said:
     ) -> object:
         """The item an event is about: its output index, else its item id; an event that names
         neither (a proxy that drops them) is about the item under way, or ``begins`` one."""
-        key = event.get("output_index")
-        if key is None:
-            key = event.get("item_id") or (item or {}).get("id")
+        index = event.get("output_index")  # the item that index names now (``_reused``)
+        key = (
+            self.now.get(index, index)
+            if index is not None
+            else event.get("item_id") or (item or {}).get("id")
+        )
         if key is None:
             last = next(reversed(self.order), None)
             key = last if last is not None and not begins else f"#{len(self.order)}"
@@ -110,10 +114,35 @@ class _Said:
         item = event.get("item") or {}
         begins = into is self.added or next(reversed(self.order), None) in self.done
         key = self.key(event, item, begins)
+        if (
+            into is self.added
+            and isinstance(item, dict)
+            and _another(self.added.get(key, self.done.get(key)), item)
+        ):
+            key = self._reused(event.get("output_index"), key)
         if into is self.done and isinstance(item, dict):
             _same_item(self.added.get(key), item)
         into[key] = item
         return item
+
+    def _reused(self, index: object, key: object) -> object:
+        """The key of an item added at an output index another item has (a translating proxy
+        that numbers every item 0): a new item, as an Anthropic block begun at a used index is,
+        the events at that index its own from now on (before: the two calls' arguments ran
+        together as one, or the first call vanished). Begun over a call whose arguments are
+        not yet whole JSON, the stream is unreadable (whose are the pieces after it?)."""
+        earlier = self.added.get(key) or {}
+        if (
+            earlier.get("type") == "function_call"
+            and key not in self.done
+            and not _whole("".join(self.arguments.get(key, ())))
+        ):
+            why = f"an item was added at output index {index} over a call whose arguments are not whole"
+            raise Retryable("stream_unreadable", why)
+        fresh = (index, len(self.order))
+        self.now[index] = fresh
+        self.order[fresh] = None
+        return fresh
 
     def check(self, event: Mapping[str, Any], arguments: object) -> None:
         """A call's arguments as it is done with them: kept where no deltas came; where deltas
@@ -171,6 +200,25 @@ def _part(event: Mapping[str, Any]) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _another(earlier: object, item: Mapping[str, Any]) -> bool:
+    """Whether ``item``, added where ``earlier`` was, is another item: another item id or
+    ``call_id`` where both give one (the same item added again, a replay, is not)."""
+    if not isinstance(earlier, dict):
+        return False
+    return any(earlier.get(f) and item.get(f) and earlier[f] != item[f] for f in ("id", "call_id"))
+
+
+def _whole(arguments: str) -> bool:
+    """Whether a call's arguments so far are whole JSON (none said yet: nothing is cut)."""
+    if not arguments.strip():
+        return True
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 _IDENTITY = ("type", "id", "call_id", "name")  # what an item is: said when added, kept when done
