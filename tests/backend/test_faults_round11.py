@@ -133,6 +133,7 @@ def done_text(text: str) -> Any:
     def edit(items: list[Any]) -> list[Any]:
         for i in items:
             if i.get("type") == "response.output_item.done" and i["item"].get("type") == "message":
+                i["item"] = json.loads(json.dumps(i["item"]))  # its own parts: the part events keep theirs
                 walk(i["item"], lambda d: d.update(text=text) if d.get("type") == "output_text" else None)
         items[-1]["response"]["output"] = []
         return items

@@ -15,7 +15,7 @@ A Responses stream that gave a call whole (added, argument deltas, done) and who
 output lists the message alone (a proxy that rebuilds the final response from its text): the call
 runs, with the reasoning the stream gave sent back beside it, as text a terminal output leaves out
 is the stream's (before: the call vanished and its preamble was accepted as the run's answer,
-exit 0, the tool never run; ``_responses._with_left_out``).
+exit 0, the tool never run; ``_said._with_left_out``).
 
 Held as they were (each ending the same way on every protocol, streamed, on both transports):
 event streams framed with CR or CRLF line ends (sent whole, or a byte at a time), a byte-order

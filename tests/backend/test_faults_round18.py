@@ -9,7 +9,7 @@ stream call renamed mid-call — another name after its arguments began, or unde
 again (before: the names were joined into a third, refused as an unknown tool, and the run went
 on to be ``accepted``; ``_openai._add_call_delta``); a Responses ``output_item.done`` naming
 another tool, ``call_id``, item id or type than its ``output_item.added`` (before: the done item
-silently took its place and the call ran under the name it ended with; ``_responses._same_item``);
+silently took its place and the call ran under the name it ended with; ``_said._same_item``);
 a Responses answer whose ``status`` says completed while an item it lists is still
 ``in_progress`` (a call whose arguments may be cut; before: run; now ended as incomplete, its
 calls not run; ``_responses._unfinished``); an Anthropic ``content_block_start`` reusing the index

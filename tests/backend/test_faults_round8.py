@@ -170,7 +170,7 @@ def test_arguments_done_as_the_same_json_written_otherwise_are_the_same_and_true
     """What a re-encoder changes (key order, ``\\u`` escapes, spacing, ``1.0`` written ``1`` as
     JavaScript writes it) leaves the arguments the same; ``true`` done as ``1``, ``false`` as
     ``0``, ``null`` as ``0`` are other arguments (Python's ``True == 1`` said they were the same)."""
-    from tether.models._responses import _same_json
+    from tether.models._said import _same_json
 
     streamed = FLAGGED[1]
     for same in ('{"qty":1,"urgent":true,"order_id":"\\u0037\\u00342"}', '{ "order_id" : "742", "qty": 1.00,'

@@ -277,6 +277,10 @@ class AnthropicMessages(HTTPBackend):
                 # A message begun again (a proxy that retried upstream): its blocks and its end.
                 blocks = _Blocks.held(message.get("content"))
                 ending.restart()
+                # Null as the API sends it; a proxy that turns a whole answer into a stream may
+                # give the stop reason here and send no message_delta (the SDK's accumulator
+                # keeps it): a block said after it is content after the finish (``Ending``).
+                ending.said(message.get("stop_reason"))
             elif kind == "message_delta":
                 ending.said((event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
@@ -362,6 +366,7 @@ class _Blocks:
         return blocks
 
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
+        index = _block_index(index)
         was = self.at.get(index) if index is not None else None
         if was is not None and id(was) not in self.stopped and _cut_input(was):
             # A block begun over a call still open, its input not yet whole JSON: the call's input
@@ -373,16 +378,20 @@ class _Blocks:
         return block
 
     def stop(self, index: object) -> None:
-        if (block := self.at.get(index)) is not None:
+        if (block := self.at.get(_block_index(index))) is not None:
             self.stopped.add(id(block))
 
     def delta(self, event: Mapping[str, Any], on_delta: Any) -> None:
-        index = event.get("index")
+        index = _block_index(event.get("index"))
         block = self.at.get(index) if index is not None else (self.order[-1] if self.order else None)
         if block is None:
             raise Retryable("stream_unreadable", f"a delta for block {index}, never started")
         delta = event.get("delta") or {}
         dtype = delta.get("type")
+        if id(block) in self.stopped and _carries(event):
+            # A block its content_block_stop said was whole grows after it (a proxy that
+            # replays or reorders events): the text or input read so far was not the block's.
+            raise Retryable("stream_unreadable", f"a {dtype} for block {index} after its content_block_stop")
         btype = block.get("type")
         wants = _DELTA_BLOCKS.get(str(dtype))
         if btype and wants and not str(btype).endswith(wants) and _carries(event):
@@ -403,6 +412,14 @@ class _Blocks:
                 on_delta("reasoning", delta.get("thinking", ""))
         elif dtype == "signature_delta":
             block["signature"] = block.get("signature", "") + delta.get("signature", "")
+
+
+def _block_index(value: object) -> object:
+    """A block's ``index``: digits written as text (``"0"``, a proxy that quotes it) are that
+    number, the same block as ``0`` in the event before, as a chat call's index is; else as sent."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
 
 
 def _cut_input(block: Mapping[str, Any]) -> bool:

@@ -35,10 +35,8 @@ object, a stream that ends without a terminal event, 429 (``retry-after``) and 5
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Mapping
-from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Unpack
 
@@ -46,10 +44,11 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, paired
+from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, billed, streamed
+from tether.models._retrying import Retryable, billed
+from tether.models._said import DONE_EVENTS, _Said, _with_arguments, _with_left_out
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -220,6 +219,10 @@ class OpenAIResponses(OpenAIBackend):
                 item = said.item(said.added, event)
                 if on_delta is not None and item.get("type") == "function_call":
                     on_delta("tool_call", str(item.get("name", "")))
+            elif kind in DONE_EVENTS:
+                shown = said.part_done(kind, event)
+                if on_delta is not None and shown is not None:
+                    on_delta(*shown)
             elif kind == "response.function_call_arguments.done":
                 said.check(event, event.get("arguments"))
             elif kind == "response.output_item.done":
@@ -313,244 +316,6 @@ def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     if not isinstance(back.get("summary"), list):
         back["summary"] = []
     return {"provider": PROVIDER, **back}
-
-
-class _Said:
-    """What a Responses stream said item by item, by output index (or item id): each item as
-    ``output_item.done`` gave it, else as its ``output_item.added`` and deltas build it (a
-    server whose terminal event lists no output and which sends no ``output_item.done``: its
-    text deltas are the answer, its refusal deltas a refusal, a reasoning item is kept with
-    its summary deltas, to be sent back with the call). Argument deltas that disagree with the
-    arguments the call is done with (other than as the same JSON written otherwise) are a
-    garbled stream (which would run?), not an answer."""
-
-    def __init__(self) -> None:
-        self.order: dict[object, None] = {}  # each item's key, in the order first heard of
-        self.added: dict[object, dict[str, Any]] = {}
-        self.done: dict[object, dict[str, Any]] = {}
-        self.text: dict[object, list[str]] = {}
-        self.arguments: dict[object, list[str]] = {}
-        self.refusal: dict[object, list[str]] = {}
-        self.thought: dict[object, list[str]] = {}
-        self.numbered: dict[int, Mapping[str, Any]] = {}  # the first event of each sequence_number
-
-    def again(self, event: Mapping[str, Any]) -> bool:
-        """Whether the same event came before under its ``sequence_number`` (read once: a text
-        or argument delta a resuming proxy sends again is not said twice). Another event under
-        a number seen (a proxy's own event numbered as the one before it) is read as it is."""
-        number = event.get("sequence_number")
-        if not isinstance(number, int):
-            return False
-        was = self.numbered.setdefault(number, event)
-        return was is not event and was == event
-
-    def key(
-        self, event: Mapping[str, Any], item: Mapping[str, Any] | None = None, begins: bool = False
-    ) -> object:
-        """The item an event is about: its output index, else its item id; an event that names
-        neither (a proxy that drops them) is about the item under way, or ``begins`` one."""
-        key = event.get("output_index")
-        if key is None:
-            key = event.get("item_id") or (item or {}).get("id")
-        if key is None:
-            last = next(reversed(self.order), None)
-            key = last if last is not None and not begins else f"#{len(self.order)}"
-        if key not in self.order:
-            self.order[key] = None
-        return key
-
-    def piece(self, into: dict[object, list[str]], event: Mapping[str, Any], delta: object) -> None:
-        if isinstance(delta, str) and delta:
-            into.setdefault(self.key(event), []).append(delta)
-            streamed(delta)
-
-    def item(self, into: dict[object, dict[str, Any]], event: Mapping[str, Any]) -> dict[str, Any]:
-        item = event.get("item") or {}
-        begins = into is self.added or next(reversed(self.order), None) in self.done
-        key = self.key(event, item, begins)
-        if into is self.done and isinstance(item, dict):
-            _same_item(self.added.get(key), item)
-        into[key] = item
-        return item
-
-    def check(self, event: Mapping[str, Any], arguments: object) -> None:
-        """A call's arguments as it is done with them: kept where no deltas came; where deltas
-        came, they must be the same text."""
-        if not isinstance(arguments, str):
-            return
-        pieces = self.arguments.setdefault(self.key(event, event.get("item")), [])
-        if not pieces:
-            pieces.append(arguments)
-        elif not _agree(arguments, streamed := "".join(pieces)):
-            why = f"a call's arguments streamed as {streamed[:80]!r} are done as {arguments[:80]!r}"
-            raise Retryable("stream_unreadable", why)
-
-    def items(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for key in self.order:
-            if key in self.done:
-                done = self.done[key]
-                if _lacks_arguments(done) and key in self.arguments:  # said by its deltas
-                    done = {**done, "arguments": "".join(self.arguments[key])}
-                if key in self.text and done.get("type") == "message":
-                    done = _with_text("".join(self.text[key]), done, "its done item")
-                out.append(done)
-            elif (added := self.added.get(key, {})).get("type") == "function_call":
-                out.append(
-                    {**added, "arguments": "".join(self.arguments.get(key, ())) or added.get("arguments")}
-                )
-            elif added.get("type") == "reasoning":  # kept to send back with the call, as a done one is
-                summary = [{"type": "summary_text", "text": t} for t in self.joined(self.thought, key)]
-                out.append({**added, "summary": added.get("summary") or summary})
-            elif key in self.text or key in self.refusal:  # a refusal said only as deltas is one
-                text = [{"type": "output_text", "text": t} for t in self.joined(self.text, key)]
-                said = [{"type": "refusal", "refusal": t} for t in self.joined(self.refusal, key)]
-                out.append({"type": "message", "content": text + said})
-        return out
-
-    @staticmethod
-    def joined(pieces: dict[object, list[str]], key: object) -> list[str]:
-        return ["".join(pieces[key])] if key in pieces else []
-
-
-_IDENTITY = ("type", "id", "call_id", "name")  # what an item is: said when added, kept when done
-
-
-def _same_item(added: object, done: Mapping[str, Any]) -> None:
-    """An item's ``output_item.done`` must be the item its ``added`` began: another type, id,
-    ``call_id`` or tool name where both state one is a garbled stream (which call would run,
-    and which id would its result answer?), not the done item silently taking its place."""
-    if not isinstance(added, dict):
-        return
-    for field in _IDENTITY:
-        was, now = added.get(field), done.get(field)
-        if was and now and was != now:
-            why = f"an item added with {field} {str(was)[:80]!r} is done with {field} {str(now)[:80]!r}"
-            raise Retryable("stream_unreadable", why)
-
-
-def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
-    """A terminal event's output, each call in it that leaves its ``arguments`` out given those
-    the stream said for the same call (by its ``call_id`` or item ``id``): a proxy that trims the
-    final output does not make the call run with none. A call it lists with other arguments
-    than the stream said for it (other than as the same JSON written otherwise) is a garbled
-    stream, as arguments done otherwise than their deltas are (which would run?); so is text it
-    lists otherwise than the stream said it, and text it leaves out is the stream's. The output
-    as it is when nothing was streamed, or every call and text in it agrees (the usual case)."""
-    if not output or not streamed or not isinstance(output, list):
-        return output
-    if text := _text_of(streamed):
-        if _text_of(output):
-            _same_text(text, output, "the terminal output")
-        else:  # the output leaves the text out (a proxy that trims it): the stream's messages say it
-            output = [*(i for i in streamed if i.get("type") == "message"), *output]
-    said: dict[object, str | None] = {}
-    for item in streamed:
-        arguments = item.get("arguments") if item.get("type") == "function_call" else None
-        if isinstance(arguments, str) and arguments:  # none said ("" as added): nothing to compare
-            for key in (item.get("id"), item.get("call_id")):
-                if key:  # a key two calls share (one call_id twice) names neither
-                    said[key] = arguments if said.get(key, arguments) == arguments else None
-    for item in output:
-        listed = item.get("arguments") if isinstance(item, dict) else None
-        streamed_as = _said_for(item, said)
-        if isinstance(listed, str) and streamed_as is not None and not _agree(listed, streamed_as):
-            why = f"a call's arguments streamed as {streamed_as[:80]!r} are listed as {listed[:80]!r}"
-            raise Retryable("stream_unreadable", why + " in the terminal output")
-    if not any(_lacks_arguments(item) for item in output):
-        return output
-    return [
-        {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
-    ]
-
-
-def _with_left_out(output: Any, streamed: list[dict[str, Any]]) -> Any:
-    """A terminal output with the calls (and reasoning items) the stream gave where it lists
-    none of their kind: a proxy that rebuilds the final response from its message alone does
-    not make the call the model asked for vanish, its preamble text accepted as the final
-    answer (nor lose the reasoning sent back with it), as text it leaves out is the stream's.
-    An output that lists calls of its own is as it is (``_with_arguments`` checks them); an
-    empty one is the stream's whole (``_parse``)."""
-    if not output or not streamed or not isinstance(output, list):
-        return output
-    kinds = {item.get("type") for item in output if isinstance(item, dict)}
-    left = [
-        i for i in streamed if i.get("type") in ("function_call", "reasoning") and i.get("type") not in kinds
-    ]
-    return [*output, *left] if left else output
-
-
-def _text_of(items: list[Any]) -> str:
-    """The text of the message items among ``items`` (their ``output_text`` parts), joined."""
-    return "".join(
-        str(part.get("text") or "")
-        for item in items
-        if isinstance(item, dict) and item.get("type") == "message"
-        for part in item.get("content") or ()
-        if isinstance(part, dict) and part.get("type") in ("output_text", "text")
-    )
-
-
-def _with_text(streamed: str, done: dict[str, Any], where: str) -> dict[str, Any]:
-    """A message's done item given the text its deltas said: the same where it lists none (a
-    proxy that trims it: ``content`` left out or empty), else checked (``_same_text``)."""
-    if not _text_of([done]) and not done.get("content"):
-        return {**done, "content": [{"type": "output_text", "text": streamed}]}
-    _same_text(streamed, [done], where)
-    return done
-
-
-def _same_text(streamed: str, listed: list[Any], where: str) -> None:
-    """Text a stream said (its deltas) must be the text ``listed`` holds (a done item, the
-    terminal output): where they disagree the stream is garbled (which is the answer?), retried
-    as calls whose arguments disagree are. Nothing said, nothing to compare."""
-    if streamed and paired(other := _text_of(listed)) != paired(streamed):
-        why = f"the answer's text streamed as {streamed[:80]!r} is listed as {other[:80]!r} in {where}"
-        raise Retryable("stream_unreadable", why)
-
-
-def _said_for(item: Any, said: dict[object, str | None]) -> str | None:
-    """A call's arguments as the stream said them (by its item ``id``, else its ``call_id``)."""
-    if not (isinstance(item, dict) and item.get("type") == "function_call"):
-        return None
-    for key in (item.get("id"), item.get("call_id")):
-        if key and said.get(key) is not None:
-            return said[key]
-    return None
-
-
-def _lacks_arguments(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "function_call" and item.get("arguments") is None
-
-
-def _agree(a: str, b: str) -> bool:
-    """Whether two texts of a call's arguments say the same (the same text, or JSON; a
-    character its deltas split at its UTF-16 surrogates is the character whole)."""
-    return a == b or (a := paired(a)) == (b := paired(b)) or _same_json(a, b)
-
-
-def _same_json(a: str, b: str) -> bool:
-    """Whether two texts are the same JSON value written differently (a proxy that re-encodes
-    the arguments it is done with: spacing, escapes)."""
-    try:
-        return bool(_typed(_numbers(a)) == _typed(_numbers(b)))
-    except (ValueError, RecursionError):
-        return False
-
-
-def _numbers(text: str) -> Any:
-    # Numbers as decimals (1 and 1.0 the same number, as a JavaScript re-encoder writes it).
-    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
-
-
-def _typed(value: Any) -> Any:
-    """A JSON value whose true, false and null compare equal to nothing else (Python's ``True
-    == 1``: arguments streamed with ``true`` are not the same as ones done with ``1``)."""
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, value) if isinstance(value, bool) or value is None else value
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended

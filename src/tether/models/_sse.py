@@ -223,12 +223,16 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
 async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator[dict[str, Any]]:
     """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream,
     an error object (``is_error``) or an event named ``error`` the error it reports
-    (``Failures.reported``)."""
+    (``Failures.reported``). ``[DONE]`` (chat's end of stream, which a proxy may send in any
+    protocol's stream, as the ``openai`` SDK reads it) ends the events there: the reader judges
+    whether what came before is a whole answer, as it does a stream that ends."""
     async for payload in sse_data(response, limit):
         if type(payload) is ErrorData:
             raise named_error(payload, failures)
         if not payload or payload.isspace():
             continue  # an event with empty data (a keep-alive) carries nothing
+        if payload.strip() == b"[DONE]":
+            return
         try:
             event = loads(payload)
         except ValueError:
