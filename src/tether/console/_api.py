@@ -70,7 +70,8 @@ def api_routes(console: Console) -> list[Route]:
 
 def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """An API endpoint: the principal resolved first, the CSRF header of a POST checked before
-    the body is read, the body a JSON object (no NUL in it, at most ``MAX_BODY_DEPTH`` levels deep), and tether's refusals as JSON errors."""
+    the body is read, the body a JSON object (no NUL in it, nested at most ``MAX_BODY_DEPTH``
+    levels), and tether's refusals as JSON errors."""
 
     @wraps(handler)
     async def endpoint(request: Request) -> Response:

@@ -25,7 +25,14 @@ from tether.console._users import CLIENT
 from tether.console._web import UNSTORABLE, Gate
 from tether.errors import ConfigError
 
-__all__ = ["LOOPBACK_HOSTS", "MIN_READ_BYTES", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MIN_READ_BYTES",
+    "PROTECTIVE_HEADERS",
+    "REQUEST_DEADLINE",
+    "Console",
+    "create_app",
+]
 
 MAX_BODY = 256 * 1024
 # The most a request not signed in may send (the sign-in form; the others' bodies are never read).
