@@ -23,7 +23,7 @@ from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
 from tether.console._resume import resume_run
-from tether.console._runs import RunSummary, RunView, run_filter, run_totals, timeline
+from tether.console._runs import RunSummary, RunView, nests_deeper, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import UNSTORABLE, Gate, holds_unstorable
@@ -32,6 +32,10 @@ from tether.errors import ApprovalError, TetherError
 __all__ = ["api_routes"]
 
 Handler = Callable[[ConsoleSources, Request, Principal, dict[str, Any]], Awaitable[Any]]
+# Levels of arrays and objects a body may nest (an answer, a pin: a few): the parser takes about a
+# thousand, and a handler that walked one a few hundred deep (validating an answer) failed, a
+# server error, unaudited.
+MAX_BODY_DEPTH = 32
 
 
 class _Json(JSONResponse):
@@ -66,7 +70,8 @@ def api_routes(console: Console) -> list[Route]:
 
 def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """An API endpoint: the principal resolved first, the CSRF header of a POST checked before
-    the body is read, the body a JSON object (no NUL in it), and tether's refusals as JSON errors."""
+    the body is read, the body a JSON object (no NUL in it, nested at most ``MAX_BODY_DEPTH``
+    levels), and tether's refusals as JSON errors."""
 
     @wraps(handler)
     async def endpoint(request: Request) -> Response:
@@ -88,6 +93,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
+                if nests_deeper(parsed, MAX_BODY_DEPTH):  # what reads it may recurse (a server error)
+                    return _error(400, "bad_json", f"the body nests deeper than {MAX_BODY_DEPTH} levels")
                 if holds_unstorable(parsed):
                     return _error(400, "bad_request", UNSTORABLE)
                 body = parsed

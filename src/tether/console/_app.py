@@ -25,7 +25,14 @@ from tether.console._users import CLIENT
 from tether.console._web import UNSTORABLE, Gate
 from tether.errors import ConfigError
 
-__all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "MIN_READ_BYTES",
+    "PROTECTIVE_HEADERS",
+    "REQUEST_DEADLINE",
+    "Console",
+    "create_app",
+]
 
 MAX_BODY = 256 * 1024
 # The most a request not signed in may send (the sign-in form; the others' bodies are never read).
@@ -34,6 +41,10 @@ SIGN_IN = "/login"
 # Seconds a client has to send a request's headers (``tether serve`` closes the connection), then
 # its body (408): a client that trickles bytes (slowloris) holds nothing for long.
 REQUEST_DEADLINE = 10.0
+# The least of a response its client must read in each ``REQUEST_DEADLINE`` seconds once the
+# server's send buffer is full (``tether serve``): a client that reads none of a long page, or
+# trickles through it, leaves no copy of it held in memory for as long as it likes (a slow read).
+MIN_READ_BYTES = 16 * 1024
 # Requests the console serves at once (``tether serve --max-requests``): past it a request is
 # answered 503 at once, not queued without bound on the threads and memory every other request
 # needs. Requests, not connections: an idle connection holds no slot (it is closed at the deadline).

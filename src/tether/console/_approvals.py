@@ -21,7 +21,7 @@ from tether.core.messages import AssistantMessage
 from tether.errors import ApprovalError
 from tether.policy._record import read_policy_record
 from tether.policy._store import ProposalStatus, StoredProposal
-from tether.runs._checkpoint import checkpoint_tenant, state_from_json
+from tether.runs._checkpoint import state_from_json
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = ["QUEUE_SHOWN", "Denied", "Hidden", "proposal_view", "queue", "queue_tenants", "review_proposal"]
@@ -366,8 +366,8 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
 async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
     if sources.resume is None or sources.approvals is None or not p.run_id:
         return False
-    cp = await sources.approvals.store.load_checkpoint(p.run_id)
-    if cp is None or checkpoint_tenant(cp.state) != p.tenant:
+    cp, tenant = await sources.checkpoint(p.run_id)
+    if cp is None or tenant != p.tenant:
         return False
     return cp.status == "paused" and bool(cp.app)
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tether.console._render import names_in
-from tether.console._runs import RunFilter
+from tether.console._runs import RunFilter, nests_deeper, shallow
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name
@@ -180,17 +180,29 @@ async def _redactor(sources: ConsoleSources, pause: Any) -> tuple[Redactor, froz
     return redactor, masked
 
 
+def _length(value: Any) -> int:
+    """A secret argument's length as said in its place (0: nested past what can be written)."""
+    try:
+        return len(str(value))
+    except RecursionError:
+        return 0
+
+
 async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
     # The call's declared secrets are never shown: not as arguments, nor anywhere in the server's
     # text (its message, and its form's titles, descriptions, defaults, choices and field names).
+    # What the model (the arguments) and the server (the form) wrote may nest hundreds deep: each
+    # is shown cut past ``SHOWN_DEPTH`` levels (``shallow``), the arguments cut named (flagged).
     redactor, masked = await _redactor(sources, pause)
+    given = pause.arguments if isinstance(pause.arguments, dict) else {}
+    deep = sorted(str(k) for k, v in given.items() if k not in masked and nests_deeper(v))
     arguments = {
-        k: f"[secret, {len(str(v))} characters]" if k in masked else v
-        for k, v in (pause.arguments or {}).items()
+        k: f"[secret, {_length(v)} characters]" if k in masked else shallow(v) for k, v in given.items()
     }
     arguments = redact_value(arguments, redactor, keys=True)
     message = redactor.text(pause.message)
-    schema = redact_value(pause.schema, redactor, keys=True)  # an answer is checked on the stored one
+    # The form as shown; an answer is checked on the stored one.
+    schema = redact_value(shallow(pause.schema), redactor, keys=True)
     try:
         fields, problem = form_fields(schema), None
     except ApprovalError as err:
@@ -209,7 +221,8 @@ async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict
         "status": pause.status,
         "action": pause.action,
         "answered_by": pause.answered_by,
-        "answer": redact_value(pause.answer, redactor, keys=True),  # what was stored, once answered
+        "answer": redact_value(shallow(pause.answer), redactor, keys=True),  # what was stored, once answered
+        "deep_arguments": deep,
         # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
         "names": names_in(message, arguments, schema),
         "fields": fields,

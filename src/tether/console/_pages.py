@@ -29,7 +29,6 @@ from tether.console._sources import ConsoleSources
 from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal
 from tether.console._web import UNSTORABLE, form_value, holds_unstorable
 from tether.errors import ApprovalError, TetherError
-from tether.runs._checkpoint import checkpoint_tenant
 
 __all__ = ["page_routes"]
 
@@ -416,10 +415,8 @@ class _Pages:
         items, totals = await anyio.to_thread.run_sync(
             lambda: (timeline(view.events), run_totals(view.events))
         )
-        checkpoint = (
-            await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
-        )
-        if checkpoint is not None and checkpoint_tenant(checkpoint.state) != summary.tenant:
+        checkpoint, tenant = await self.sources.checkpoint(run_id)
+        if checkpoint is not None and tenant != summary.tenant:
             checkpoint = None  # another tenant's run under this id: its checkpoint is not this run's
         # What tether resume would continue (resume_point): paused or stopped, never ended.
         resumable = (

@@ -13,7 +13,6 @@ from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
-from tether.runs._checkpoint import checkpoint_tenant
 
 __all__ = ["resume_run"]
 
@@ -24,8 +23,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     ``run_finished``, ``not_resumable``, ``run_cancelled``, ``not_durable`` …)."""
     if sources.approvals is None:
         raise Hidden("run")
-    checkpoint = await sources.approvals.store.load_checkpoint(run_id)
-    tenant = checkpoint_tenant(checkpoint.state) if checkpoint is not None else None
+    checkpoint, tenant = await sources.checkpoint(run_id)
     if checkpoint is None or tenant is None or not principal.sees(tenant):
         raise Hidden("run")
     actor = principal.actor

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tether.mcp._config import McpConfig
     from tether.mcp._pauses import PauseStore
     from tether.mcp._pinning import PinStore
+    from tether.policy._store import Checkpoint
 
 __all__ = ["ConsoleSources", "deployment_sources", "sqlite_sources"]
 
@@ -66,13 +67,23 @@ class ConsoleSources:
         """One run's summary, whoever may see it (the caller checks)."""
         return await anyio.to_thread.run_sync(self.traces.get, run_id) if self.traces is not None else None
 
+    async def checkpoint(self, run_id: str) -> tuple[Checkpoint | None, str | None]:
+        """``run_id``'s checkpoint and the tenant its state names: every view reads a checkpoint's
+        tenant here, its state (as long as what the run read) parsed in a worker thread (parsed
+        on the event loop, a viewer's page of a long run held every other request meanwhile)."""
+        saved = await self.approvals.store.load_checkpoint(run_id) if self.approvals is not None else None
+        if saved is None:
+            return None, None
+        return saved, await anyio.to_thread.run_sync(checkpoint_tenant, saved.state)
+
     async def run_tenant(self, run_id: str) -> str | None:
         """Whose run ``run_id`` is: its checkpoint's tenant where it has one (the host wrote it from
         the run's context), else its trace's. A trace file under the id (a run started under a
         chosen id, a file written into the folder) never outweighs the checkpoint: what the
         paused run asks (its questions) goes to the checkpoint's tenant only."""
-        if self.approvals is not None and (saved := await self.approvals.store.load_checkpoint(run_id)):
-            return await anyio.to_thread.run_sync(checkpoint_tenant, saved.state)  # a long run's: long
+        saved, tenant = await self.checkpoint(run_id)
+        if saved is not None:
+            return tenant
         run = await self.summary(run_id)
         return run.tenant if run is not None else None
 

@@ -248,11 +248,18 @@ def _is_uri(value: object) -> bool:
 
 
 def _not_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, Mapping):
-        return any(_not_finite(v) for v in value.values())
-    return isinstance(value, list | tuple) and any(_not_finite(v) for v in value)
+    """Whether a NaN or an infinity is anywhere in ``value`` (read without recursion: an answer
+    given as JSON may nest as deep as its parser took)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 async def store_answer(

@@ -159,18 +159,21 @@ class Redactor:
                     self._learn_value(arguments[name])
 
     def _learn_value(self, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for v in value.values():
-                self._learn_value(v)
-        elif isinstance(value, list | tuple):
-            for v in value:
-                self._learn_value(v)
-        elif value is not None and not isinstance(value, bool):
-            text = str(value)
-            if len(text) >= 4:  # shorter would redact every common word or number
-                # As it is, and as it appears inside JSON text (add ignores a repeat).
-                for variant in (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]):
-                    self.add(variant)
+        """Every scalar in ``value``, read without recursion (a model may nest an argument hundreds
+        deep: a secret at the bottom is learned all the same)."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Mapping):
+                stack.extend(item.values())
+            elif isinstance(item, list | tuple):
+                stack.extend(item)
+            elif item is not None and not isinstance(item, bool):
+                text = str(item)
+                if len(text) >= 4:  # shorter would redact every common word or number
+                    # As it is, and as it appears inside JSON text (add ignores a repeat).
+                    for variant in (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]):
+                        self.add(variant)
 
     def text(self, value: str) -> str:
         for secret in self._order:

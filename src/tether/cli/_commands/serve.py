@@ -84,11 +84,12 @@ def server_options() -> dict[str, Any]:
 def deadline_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol, with a deadline: a connection that has not sent a request's whole
     headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed
-    (slowloris); the body's deadline is ``Guard``'s. uvicorn's own 400 (to a request it cannot
+    (slowloris); the body's deadline is ``Guard``'s; a response the client stops reading is cut
+    (``_watch_reads``: a slow read). uvicorn's own 400 (to a request it cannot
     parse, which the app never sees) carries the console's protective headers too."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    from tether.console._app import PROTECTIVE_HEADERS, REQUEST_DEADLINE
+    from tether.console._app import MIN_READ_BYTES, PROTECTIVE_HEADERS, REQUEST_DEADLINE
 
     class Deadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
         def connection_made(self, transport: Any) -> None:
@@ -107,6 +108,31 @@ def deadline_protocol() -> type[asyncio.Protocol]:
                     self.transport.close()
 
             self.loop.call_later(REQUEST_DEADLINE, expire)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self._watch_reads(self.transport.get_write_buffer_size())
+
+        def _watch_reads(self, left: int) -> None:
+            """A response the client stopped reading (a slow read: its window kept shut) holds its
+            unsent bytes here, in memory, for as long as the connection lasts, however long the
+            response it asked for: one whose client took less than ``MIN_READ_BYTES`` of it in
+            ``REQUEST_DEADLINE`` seconds is cut (the connection is aborted)."""
+            if getattr(self, "_watching", False):
+                return
+            self._watching = True
+
+            def check() -> None:
+                self._watching = False
+                now_left = self.transport.get_write_buffer_size()
+                if now_left == 0:
+                    return  # all handed to the client (or the connection is gone)
+                if left - now_left < MIN_READ_BYTES:
+                    self.transport.abort()
+                    return
+                self._watch_reads(now_left)
+
+            self.loop.call_later(REQUEST_DEADLINE, check)
 
         def send_400_response(self, msg: str) -> None:
             body = msg.encode("ascii", "replace")
