@@ -118,7 +118,8 @@ def short_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         kwargs["timeout"] = SHORT_BUSY_S
         kwargs.setdefault("factory", _ShortBusy)
-        return real(*args, **kwargs)
+        conn: sqlite3.Connection = real(*args, **kwargs)
+        return conn
 
     monkeypatch.setattr(sqlite3, "connect", connect)
     monkeypatch.setattr(sqlite3.dbapi2, "connect", connect)  # the module SQLAlchemy's dialect calls
