@@ -100,20 +100,23 @@ def _run(command: list[str], timeout: float) -> tuple[int, str]:
     return proc.returncode, err or out
 
 
-def _npm_install(folder: Path) -> str | None:
-    npm = shutil.which("npm", path=_ENV.get("PATH"))
-    if npm is None or shutil.which("node", path=_ENV.get("PATH")) is None:
-        return "npm/node are not installed"
-    packages = [f"{SCOPE}/{p}" for p in NPM_PACKAGES]
-    code, said = _run(
-        [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", *packages], 600
-    )
-    if code == -1:
-        return "npm install timed out (no registry?)"
-    scope = folder / "node_modules" / SCOPE
-    if code != 0 or not all((scope / p / "dist" / "index.js").exists() for p in NPM_PACKAGES):
-        return f"npm could not install {packages}: {said[-300:]}"
-    return None
+def _npm_install(packages: list[str]) -> Callable[[Path], str | None]:
+    """``npm install`` of ``packages`` into the folder (each its ``dist/index.js``)."""
+
+    def build(folder: Path) -> str | None:
+        npm = shutil.which("npm", path=_ENV.get("PATH"))
+        if npm is None or shutil.which("node", path=_ENV.get("PATH")) is None:
+            return "npm/node are not installed"
+        command = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", *packages]
+        code, said = _run(command, 600)
+        if code == -1:
+            return "npm install timed out (no registry?)"
+        modules = folder / "node_modules"
+        if code != 0 or not all((modules / p / "dist" / "index.js").exists() for p in packages):
+            return f"npm could not install {packages}: {said[-300:]}"
+        return None
+
+    return build
 
 
 def _pip_install(folder: Path) -> str | None:
@@ -130,9 +133,16 @@ def _pip_install(folder: Path) -> str | None:
     return None
 
 
-def _launcher_cached(command: list[str], what: str) -> Callable[[Path], str | None]:
+def _ended(code: int, said: str) -> bool:
+    return code == 0
+
+
+def _launcher_cached(
+    command: list[str], what: str, ok: Callable[[int, str], bool] = _ended
+) -> Callable[[Path], str | None]:
     """A user's first ``npx -y`` / ``uvx`` run: it fetches the package into the launcher's own
-    cache (the folder it is given is an argument at most: npx's filesystem server serves it)."""
+    cache (the folder it is given is an argument at most: npx's filesystem server serves it);
+    ``ok(exit status, stderr)`` says whether it did."""
 
     def build(folder: Path) -> str | None:
         found = shutil.which(command[0], path=_ENV.get("PATH"))
@@ -141,23 +151,33 @@ def _launcher_cached(command: list[str], what: str) -> Callable[[Path], str | No
         code, said = _run([found, *(str(folder) if a == "{folder}" else a for a in command[1:])], 300)
         if code == -1:
             return f"{command[0]} timed out fetching {what} (no registry?)"
-        return f"{command[0]} could not fetch {what}: {said[-300:]}" if code != 0 else None
+        return None if ok(code, said) else f"{command[0]} could not fetch {what}: {said[-300:]}"
 
     return build
 
 
+EVERYTHING = f"{SCOPE}/server-everything"
 BUILDERS: dict[str, Callable[[Path], str | None]] = {
-    "npm": _npm_install,
+    "npm": _npm_install([f"{SCOPE}/{p}" for p in NPM_PACKAGES]),
+    "npm-everything": _npm_install([EVERYTHING]),
     "pypi": _pip_install,
     "npx-filesystem": _launcher_cached(
         ["npx", "-y", f"{SCOPE}/server-filesystem", "{folder}"], f"{SCOPE}/server-filesystem"
     ),
+    # The reference server says "Starting" on stderr, then ends at the end of its input.
+    "npx-everything": _launcher_cached(
+        ["npx", "-y", EVERYTHING], EVERYTHING, lambda code, said: code == 0 or "Starting" in said
+    ),
     "uvx-time": _launcher_cached(["uvx", "mcp-server-time", "--help"], "mcp-server-time"),
 }
-# The fixtures that need each (tests/mcp_host/conftest.py).
+# The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py and
+# test_sandbox_launchers.py).
 FIXTURES = {
     "npm_servers": "npm",
+    "everything": "npm-everything",
     "pypi_servers": "pypi",
     "npx_cached": "npx-filesystem",
+    "npx_installed": "npx-everything",
     "uvx_cached": "uvx-time",
+    "uvx_tool": "uvx-time",
 }

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from published_installs import once
 from tether.core.stop import Limits
 from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
@@ -298,19 +299,12 @@ def test_the_launch_profiles_show_what_each_needs_and_never_the_config_folder(tm
 
 
 @pytest.fixture(scope="module")
-def uvx_tool() -> str:
-    """mcp-server-time in uv's cache, as a user's first ``uvx mcp-server-time`` leaves it."""
-    import subprocess
-
+def uvx_tool(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """mcp-server-time in uv's cache, as a user's first ``uvx mcp-server-time`` leaves it (run
+    once per session: tests/published_installs.py)."""
+    once(tmp_path_factory, "uvx-time")
     uvx = shutil.which("uvx")
-    if uvx is None:
-        pytest.skip("uvx is not installed (pip install uv)")
-    try:
-        done = subprocess.run([uvx, "mcp-server-time", "--help"], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("uvx timed out (no package index?)")
-    if done.returncode != 0:
-        pytest.skip(f"uvx could not fetch mcp-server-time: {done.stderr[-300:]}")
+    assert uvx is not None
     return uvx
 
 
