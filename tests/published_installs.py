@@ -169,6 +169,7 @@ BUILDERS: dict[str, Callable[[Path], str | None]] = {
         ["npx", "-y", EVERYTHING], EVERYTHING, lambda code, said: code == 0 or "Starting" in said
     ),
     "uvx-time": _launcher_cached(["uvx", "mcp-server-time", "--help"], "mcp-server-time"),
+    "uvx-fetch": _launcher_cached(["uvx", "mcp-server-fetch", "--help"], "mcp-server-fetch"),
 }
 # The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py and
 # test_sandbox_launchers.py).
@@ -180,4 +181,5 @@ FIXTURES = {
     "npx_installed": "npx-everything",
     "uvx_cached": "uvx-time",
     "uvx_tool": "uvx-time",
+    "uvx_fetch": "uvx-fetch",
 }
