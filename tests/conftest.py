@@ -67,6 +67,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # a stable sort
 
 
+# -- installs that wait on a registry --------------------------------------------------------------
+# The published MCP servers' installs (tests/published_installs.py) begin in the background as the
+# session's first test starts, when a collected test needs them: the tests run while they download.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _published_installs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    from published_installs import prefetch
+
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    threads = prefetch(tmp_path_factory, wanted)
+    yield
+    for thread in threads:
+        thread.join()
+
+
 @pytest.fixture
 def quick_model_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """An agent file's model retries after 10 ms, not its retry policy's 0.5 s: for tests that

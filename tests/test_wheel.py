@@ -82,10 +82,15 @@ def test_the_built_wheel_installs_in_a_fresh_venv_and_runs_the_tutorial(wheel: P
     virtual environment, then ``tether --help`` and the tutorial's first agent: the run pauses
     for the write, the approval lets it run once."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # Without a pip of its own (ensurepip costs seconds of CPU): this interpreter's pip installs
+    # into it (``--python``), the wheel and its dependencies from the package index.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python, tether = venv / "bin" / "python", venv / "bin" / "tether"
     installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}

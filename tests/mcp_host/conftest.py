@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
-import os
 import shutil
 import socket
 import subprocess
 import sys
 import threading
-import time
-import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from published_installs import SCOPE, once
 from tether.mcp._approve import approve_server
 from tether.mcp._config import McpConfig, load_config
 
 SERVER = Path(__file__).with_name("hostile_server.py")
-SCOPE = "@modelcontextprotocol"
-NPM_PACKAGES = ("server-filesystem", "server-memory", "server-sequential-thinking")
-PYPI_PACKAGES = ("mcp-server-time", "mcp-server-git", "mcp-server-fetch")
 
 
 @pytest.fixture
@@ -254,76 +248,30 @@ def script(*calls: tuple[str, dict[str, Any]] | str) -> list[Any]:
 
 
 # -- published servers, installed once per test session (test_published_servers, wild round 3) --
-
-
-def _once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], str | None]) -> Path:
-    """``build(folder)`` run once per test session, however many xdist workers share it: the
-    first worker to take the lock builds the folder (under the session's base temporary folder)
-    and the others use it. ``build`` returns None once built, or why it could not be (each worker
-    then skips with that reason)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' folders are pytest-N/popen-gwK: pytest-N is the session's
-    folder, outcome = root / f"shared-{name}", root / f"shared-{name}.outcome"
-    with (root / f"shared-{name}.lock").open("a") as lock:
-        deadline = time.monotonic() + 1800  # generous: the builders' own timeouts are 600 s
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"another worker held the {name} install for over 30 minutes")
-                time.sleep(0.5)
-        try:
-            if not outcome.exists():
-                folder.mkdir(exist_ok=True)
-                outcome.write_text(build(folder) or "", encoding="utf-8")
-            why = outcome.read_text(encoding="utf-8")
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    if why:
-        pytest.skip(why)
-    return folder
-
-
-def _npm_install(folder: Path) -> str | None:
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        return "npm/node are not installed"
-    packages = [f"{SCOPE}/{p}" for p in NPM_PACKAGES]
-    command = ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", *packages]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        return "npm install timed out (no registry?)"
-    scope = folder / "node_modules" / SCOPE
-    if done.returncode != 0 or not all((scope / p / "dist" / "index.js").exists() for p in NPM_PACKAGES):
-        return f"npm could not install {packages}: {(done.stderr or done.stdout)[-300:]}"
-    return None
-
-
-def _pip_install(folder: Path) -> str | None:
-    venv.EnvBuilder(with_pip=True, symlinks=True).create(folder / "venv")
-    python = folder / "venv" / "bin" / "python"
-    command = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PYPI_PACKAGES]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        return "pip install timed out (no registry?)"
-    if done.returncode != 0:
-        return f"pip could not install {PYPI_PACKAGES}: {(done.stderr or done.stdout)[-300:]}"
-    return None
+# The installs themselves: tests/published_installs.py (begun in the background by tests/conftest.py).
 
 
 @pytest.fixture(scope="session")
 def npm_servers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The three npm servers installed into one folder (``node_modules/@modelcontextprotocol``),
     once per session (the slowest part of these tests, with the PyPI install)."""
-    return _once(tmp_path_factory, "npm", _npm_install) / "node_modules" / SCOPE
+    return once(tmp_path_factory, "npm") / "node_modules" / SCOPE
 
 
 @pytest.fixture(scope="session")
 def pypi_servers(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with the three PyPI servers (its ``bin`` folder), made as
     ``python -m venv`` makes one on Linux (its interpreter a link), once per session."""
-    return _once(tmp_path_factory, "pypi", _pip_install) / "venv" / "bin"
+    return once(tmp_path_factory, "pypi") / "venv" / "bin"
+
+
+@pytest.fixture(scope="session")
+def npx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``npx -y @modelcontextprotocol/server-filesystem`` run once: the package in npx's cache."""
+    once(tmp_path_factory, "npx-filesystem")
+
+
+@pytest.fixture(scope="session")
+def uvx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``uvx mcp-server-time --help`` run once: the package in uv's cache."""
+    once(tmp_path_factory, "uvx-time")

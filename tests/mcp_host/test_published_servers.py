@@ -38,21 +38,8 @@ SCOPE = "@modelcontextprotocol"
 FS_READS = {t: "read" for t in ("read_text_file", "list_directory", "list_allowed_directories")}
 
 
-# -- the installs (npm_servers, pypi_servers) are conftest's session fixtures ---------------------
-
-
-def _launcher_cached(command: list[str], what: str) -> None:
-    """A user's first ``npx -y`` / ``uvx`` run (it fetches the package into the launcher's cache)."""
-    if shutil.which(command[0]) is None:
-        pytest.skip(f"{command[0]} is not installed")
-    try:
-        done = subprocess.run(
-            command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"{command[0]} timed out fetching {what} (no registry?)")
-    if done.returncode != 0:
-        pytest.skip(f"{command[0]} could not fetch {what}: {done.stderr[-300:]}")
+# -- the installs (npm_servers, pypi_servers) and the launchers' first runs (npx_cached, uvx_cached)
+# are conftest's session fixtures (tests/published_installs.py)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -213,14 +200,13 @@ async def test_a_path_argument_the_sandbox_does_not_show_is_named_in_the_start_f
 
 
 @pytest.mark.npm
-async def test_the_filesystem_server_by_its_npx_command(tmp_path: Path) -> None:
+async def test_the_filesystem_server_by_its_npx_command(tmp_path: Path, npx_cached: None) -> None:
     """``npx -y @modelcontextprotocol/server-filesystem <folder>`` once fetched: confined, from
     npx's install, with no network."""
     data = tmp_path / "data"
     data.mkdir()
     (data / "x.txt").write_text("npx form", encoding="utf-8")
     command = ["npx", "-y", f"{SCOPE}/server-filesystem", str(data)]
-    _launcher_cached(command, f"{SCOPE}/server-filesystem")
     server = {"name": "files", "command": command, "sandbox_read": [str(data)], "effects": FS_READS}
     config = write_config(tmp_path, [server])
     await approve(config, "files")
@@ -346,8 +332,7 @@ async def test_the_time_server(tmp_path: Path, pypi_servers: Path, form: str) ->
 
 
 @pytest.mark.pypi
-async def test_the_time_server_by_its_uvx_command(tmp_path: Path) -> None:
-    _launcher_cached(["uvx", "mcp-server-time", "--help"], "mcp-server-time")
+async def test_the_time_server_by_its_uvx_command(tmp_path: Path, uvx_cached: None) -> None:
     server = {
         "name": "time",
         "command": "uvx",

@@ -5,7 +5,6 @@ connection modes. Skipped, with the reason, where npx/npm or the npm registry is
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from published_installs import once
 from tether.core.stop import StopReason
 from tether.mcphost._runner import run_question
 
@@ -27,24 +27,9 @@ EFFECTS = {"echo": "read", "get-sum": "read"}
 
 @pytest.fixture(scope="module")
 def everything(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The package installed once into a folder of its own (its ``dist/index.js``)."""
-    if shutil.which("npx") is None or shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("npx/npm/node are not installed")
-    folder = tmp_path_factory.mktemp("npm")
-    try:
-        done = subprocess.run(
-            ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", PACKAGE],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm install timed out (no registry?)")
-    entry = folder / "node_modules" / PACKAGE / "dist" / "index.js"
-    if done.returncode != 0 or not entry.exists():
-        pytest.skip(f"npm could not install {PACKAGE}: {(done.stderr or done.stdout)[-300:]}")
-    return entry
+    """The package installed once into a folder of its own (its ``dist/index.js``), once per
+    session (tests/published_installs.py: begun in the background as the session starts)."""
+    return once(tmp_path_factory, "npm-everything") / "node_modules" / PACKAGE / "dist" / "index.js"
 
 
 def _free_port() -> int:
@@ -111,18 +96,10 @@ async def test_the_reference_server_over_stdio(tmp_path: Path, everything: Path,
 
 
 @pytest.fixture(scope="module")
-def npx_installed() -> str:
-    """The package in npx's own cache, as a user's first ``npx -y`` leaves it."""
-    if shutil.which("npx") is None or shutil.which("node") is None:
-        pytest.skip("npx/node are not installed")
-    try:
-        done = subprocess.run(
-            ["npx", "-y", PACKAGE], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npx -y timed out (no registry?)")
-    if "Starting" not in done.stderr and done.returncode != 0:
-        pytest.skip(f"npx could not fetch {PACKAGE}: {done.stderr[-300:]}")
+def npx_installed(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The package in npx's own cache, as a user's first ``npx -y`` leaves it (run once per
+    session: tests/published_installs.py)."""
+    once(tmp_path_factory, "npx-everything")
     return PACKAGE
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from published_installs import once
 from tether.core.stop import Limits
 from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
@@ -298,19 +299,22 @@ def test_the_launch_profiles_show_what_each_needs_and_never_the_config_folder(tm
 
 
 @pytest.fixture(scope="module")
-def uvx_tool() -> str:
-    """mcp-server-time in uv's cache, as a user's first ``uvx mcp-server-time`` leaves it."""
-    import subprocess
-
+def uvx_fetch(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """mcp-server-fetch in uv's cache (``uvx mcp-server-fetch --help`` run once per session:
+    tests/published_installs.py)."""
+    once(tmp_path_factory, "uvx-fetch")
     uvx = shutil.which("uvx")
-    if uvx is None:
-        pytest.skip("uvx is not installed (pip install uv)")
-    try:
-        done = subprocess.run([uvx, "mcp-server-time", "--help"], capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("uvx timed out (no package index?)")
-    if done.returncode != 0:
-        pytest.skip(f"uvx could not fetch mcp-server-time: {done.stderr[-300:]}")
+    assert uvx is not None
+    return uvx
+
+
+@pytest.fixture(scope="module")
+def uvx_tool(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """mcp-server-time in uv's cache, as a user's first ``uvx mcp-server-time`` leaves it (run
+    once per session: tests/published_installs.py)."""
+    once(tmp_path_factory, "uvx-time")
+    uvx = shutil.which("uvx")
+    assert uvx is not None
     return uvx
 
 
@@ -449,21 +453,13 @@ def web_page() -> Iterator[str]:
 
 
 @pytest.mark.anyio
-async def test_mcp_server_fetch_works_confined_without_sandbox_write(tmp_path: Path, web_page: str) -> None:
+async def test_mcp_server_fetch_works_confined_without_sandbox_write(
+    tmp_path: Path, web_page: str, uvx_fetch: str
+) -> None:
     """mcp-server-fetch writes into its own package folder on first use (readabilipy installs its
     node project there): its environment gets a private write layer, so it works with network
     access alone; the host's copy of the environment is left as it was."""
-    import subprocess
-
-    uvx = shutil.which("uvx")
-    if uvx is None:
-        pytest.skip("uvx is not installed (pip install uv)")
-    try:
-        done = subprocess.run([uvx, "mcp-server-fetch", "--help"], capture_output=True, text=True, timeout=99)
-    except subprocess.TimeoutExpired:
-        pytest.skip("uvx timed out (no package index?)")
-    if done.returncode != 0:
-        pytest.skip(f"uvx could not fetch mcp-server-fetch: {done.stderr[-300:]}")
+    uvx = uvx_fetch
     from tether.mcp._sandbox import overlay_status
 
     if (why := overlay_status()) is not None:
