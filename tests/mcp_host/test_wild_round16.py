@@ -281,7 +281,6 @@ async def test_a_question_whose_field_runs_to_megabytes_is_cut_in_what_the_perso
     shown is taken), and a short question is shown whole."""
     from tether.mcp._elicitation import MAX_FIELD_SHOWN, ConsoleResponder
 
-
     answers = ['{"colour": "c099999"}', '{"colour": "c000009"}']
     shown: list[str] = []
     person = ConsoleResponder(read=lambda _: answers.pop(0), write=shown.append)
