@@ -247,31 +247,34 @@ class Approvals:
             executions=tuple(await self.store.ledger_for(p.id)),
         )
 
-    async def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        """Approve exactly this stored proposal. Raises ``ApprovalError`` (``reviewer_not_allowed``,
-        ``already_<status>``, ``unknown_proposal``, ``tampered``)."""
-        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason)
+    async def approve(
+        self, reviewer: Reviewer, proposal_id: str, *, reason: str = "", content_hash: str | None = None
+    ) -> StoredProposal:
+        """Approve exactly this stored proposal (the one of ``content_hash``, the hash the reviewer
+        read, if given), as verified: the store's update is conditional on the row being unchanged
+        since. Raises ``ApprovalError`` (``reviewer_not_allowed``, ``already_<status>``,
+        ``unknown_proposal``, ``tampered``, ``content_changed``)."""
+        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason, content_hash)
 
     async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
         return await self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
 
     async def _decide(
-        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str
+        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str, seen: str | None = None
     ) -> StoredProposal:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
-        p = await (self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id))
+        approve = to is ProposalStatus.APPROVED
+        p = await (self.get(proposal_id) if approve else self.stored(proposal_id))
+        if seen is not None and seen != p.content_hash:
+            raise ApprovalError("content_changed", f"proposal {p.id} is not the one reviewed")
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return await self.store.decide(
-            proposal_id,
-            to,
-            allowed_from=frozenset({ProposalStatus.PENDING}),
-            actor=f"reviewer:{reviewer.name}",
-            reason=reason,
-            now=self.clock(),
-        )
+            proposal_id, to, allowed_from=frozenset({ProposalStatus.PENDING}), reason=reason,
+            actor=f"reviewer:{reviewer.name}", now=self.clock(), unchanged=p if approve else None,
+        )  # fmt: skip
 
     async def invalidate(
         self, authority: TrustedContext | Reviewer, proposal_id: str, *, reason: str = "invalidated"
@@ -289,13 +292,9 @@ class Approvals:
         else:
             raise ApprovalError("not_authorised", "invalidation needs a TrustedContext or a Reviewer")
         return await self.store.decide(
-            proposal_id,
-            ProposalStatus.INVALIDATED,
+            proposal_id, ProposalStatus.INVALIDATED, actor=actor, reason=reason, now=self.clock(),
             allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
-            actor=actor,
-            reason=reason,
-            now=self.clock(),
-        )
+        )  # fmt: skip
 
     async def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
         """The stored proposal if ``context`` may execute it now; raises ``ApprovalError``

@@ -181,9 +181,12 @@ class ProposalStore(Protocol):
         actor: str,
         reason: str,
         now: datetime,
+        unchanged: StoredProposal | None = None,
     ) -> StoredProposal:
-        """Move a proposal to ``to`` if its status is in ``allowed_from``; raises ``ApprovalError``
-        (``unknown_proposal``, or ``already_<status>`` reasons) otherwise."""
+        """Move a proposal to ``to`` if its status is in ``allowed_from`` and, given ``unchanged``
+        (the row as the caller read and verified it), its tenant, tool, arguments and content hash
+        are still those, checked in the same atomic update; raises ``ApprovalError``
+        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise."""
         ...
 
     async def add_event(
