@@ -194,7 +194,7 @@ class Approvals:
         call_id: str | None = None,
     ) -> StoredProposal:
         """Store a proposal that passed intake and policy, pending approval, under a fresh id."""
-        new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
+        new = NewProposal.of(proposal, proposed_by, run_id, step, call_id)
         return await self.store.add_proposal(new, now=self.clock())
 
     async def record_policy(
@@ -272,9 +272,14 @@ class Approvals:
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return await self.store.decide(
-            proposal_id, to, allowed_from=frozenset({ProposalStatus.PENDING}), reason=reason,
-            actor=f"reviewer:{reviewer.name}", now=self.clock(), unchanged=p if approve else None,
-        )  # fmt: skip
+            proposal_id,
+            to,
+            allowed_from=frozenset({ProposalStatus.PENDING}),
+            reason=reason,
+            actor=f"reviewer:{reviewer.name}",
+            now=self.clock(),
+            unchanged=p if approve else None,
+        )
 
     async def invalidate(
         self, authority: TrustedContext | Reviewer, proposal_id: str, *, reason: str = "invalidated"
@@ -292,9 +297,13 @@ class Approvals:
         else:
             raise ApprovalError("not_authorised", "invalidation needs a TrustedContext or a Reviewer")
         return await self.store.decide(
-            proposal_id, ProposalStatus.INVALIDATED, actor=actor, reason=reason, now=self.clock(),
+            proposal_id,
+            ProposalStatus.INVALIDATED,
+            actor=actor,
+            reason=reason,
+            now=self.clock(),
             allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
-        )  # fmt: skip
+        )
 
     async def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
         """The stored proposal if ``context`` may execute it now; raises ``ApprovalError``
@@ -555,22 +564,6 @@ _STORE_METHODS: Final = {
     for name, value in vars(seam).items()
     if inspect.iscoroutinefunction(value)
 }
-
-
-def _new_proposal(
-    proposal: Proposal, proposed_by: str, run_id: str | None, step: int | None, call_id: str | None
-) -> NewProposal:
-    return NewProposal(
-        tenant=proposal.tenant,
-        tool=proposal.tool,
-        arguments=proposal.canonical_arguments,
-        content_hash=proposal.content_hash,
-        effect=proposal.effect,
-        proposed_by=proposed_by,
-        run_id=run_id,
-        step=step,
-        call_id=call_id,
-    )
 
 
 def _own(p: StoredProposal, proposal_id: str, tenant: str) -> StoredProposal:

@@ -378,13 +378,12 @@ class SqlApprovalStore(SqlStore):
                 "b_at": now,
                 "b_reason": reason,
             }
-            if unchanged is None:
-                row = conn.execute(_DECIDE, values).one()
-            else:
-                row = conn.execute(_DECIDE_UNCHANGED, {**values, **_as_verified(current, unchanged)}).first()
-                if row is None:
-                    why = f"proposal {proposal_id} changed after it was read; it was not {to}"
-                    raise ApprovalError("content_changed", why)
+            if unchanged is not None:
+                values.update(_as_verified(current, unchanged))
+            row = conn.execute(_DECIDE if unchanged is None else _DECIDE_UNCHANGED, values).first()
+            if row is None:  # only the conditional update can match no row: the row was changed
+                why = f"proposal {proposal_id} changed after it was read; it was not {to}"
+                raise ApprovalError("content_changed", why)
             _add_event(conn, proposal_id, str(to), actor, reason, now)
             return _proposal(row)
 
