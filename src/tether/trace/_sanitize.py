@@ -128,10 +128,11 @@ class Redactor:
     def _built(self) -> None:
         """The secrets longest first and the pattern of their pieces, as of the last ``add``."""
         if self._stale:
+            # Marked fresh first: a secret another thread adds meanwhile marks it stale again.
+            self._stale = False
             self._order = sorted(self._secrets, key=len, reverse=True)
             if self._anchors:
                 self._anchor_rx = re.compile("|".join(map(re.escape, sorted(self._anchors))))
-            self._stale = False
 
     def has_secrets(self) -> bool:
         return bool(self._secrets)
