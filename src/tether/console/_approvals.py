@@ -562,7 +562,8 @@ async def review_proposal(
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
         given = reason or ("invalidated" if action == "invalidate" else "")
-        done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given)
+        seen = {"content_hash": content_hash} if action == "approve" else {}  # held to it, atomically
+        done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given, **seen)
     except ApprovalError as err:
         sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
         raise

@@ -13,10 +13,12 @@ from urllib.parse import quote
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from tether.console._runs import SHOWN_DEPTH, nests_deeper, shallow
 from tether.core._confusables import check_name, find_names
 from tether.mcp._clean import hidden_kind
 
 __all__ = [
+    "SHOWN_DEPTH",
     "environment",
     "hidden_chars",
     "names_in",
@@ -132,8 +134,14 @@ def names_in(*texts: Any) -> list[dict[str, Any]]:
 
 
 def pretty_json(value: Any) -> str:
-    """Indented JSON with sorted keys; non-ASCII kept (``reveal`` flags what cannot be seen)."""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    """Indented JSON with sorted keys; non-ASCII kept (``reveal`` flags what cannot be seen).
+    Whatever nests deeper than ``SHOWN_DEPTH`` levels is cut (``shallow``: the indenting encoder
+    recurses once a level, and an MCP server, a model or a trace may nest hundreds deep), each
+    cut marked where it is and the whole said cut on a first line."""
+    if not nests_deeper(value):
+        return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    text = json.dumps(shallow(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return f"[cut: nested deeper than {SHOWN_DEPTH} levels, the deeper parts not shown]\n{text}"
 
 
 def _short(value: Any, limit: int = 160) -> str:

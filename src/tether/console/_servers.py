@@ -10,7 +10,7 @@ import json
 import shlex
 from typing import Any
 
-from tether.console._render import hidden_chars, names_in
+from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
@@ -66,7 +66,7 @@ async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[st
 def _lines(definition: dict[str, Any] | None) -> list[str]:
     if definition is None:
         return []
-    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+    return pretty_json(definition).splitlines()  # cut past ``SHOWN_DEPTH`` levels, as shown
 
 
 def definition_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str, str]]:

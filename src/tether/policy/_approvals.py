@@ -194,7 +194,7 @@ class Approvals:
         call_id: str | None = None,
     ) -> StoredProposal:
         """Store a proposal that passed intake and policy, pending approval, under a fresh id."""
-        new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
+        new = NewProposal.of(proposal, proposed_by, run_id, step, call_id)
         return await self.store.add_proposal(new, now=self.clock())
 
     async def record_policy(
@@ -247,30 +247,38 @@ class Approvals:
             executions=tuple(await self.store.ledger_for(p.id)),
         )
 
-    async def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        """Approve exactly this stored proposal. Raises ``ApprovalError`` (``reviewer_not_allowed``,
-        ``already_<status>``, ``unknown_proposal``, ``tampered``)."""
-        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason)
+    async def approve(
+        self, reviewer: Reviewer, proposal_id: str, *, reason: str = "", content_hash: str | None = None
+    ) -> StoredProposal:
+        """Approve exactly this stored proposal (the one of ``content_hash``, the hash the reviewer
+        read, if given), as verified: the store's update is conditional on the row being unchanged
+        since. Raises ``ApprovalError`` (``reviewer_not_allowed``, ``already_<status>``,
+        ``unknown_proposal``, ``tampered``, ``content_changed``)."""
+        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason, content_hash)
 
     async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
         return await self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
 
     async def _decide(
-        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str
+        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str, seen: str | None = None
     ) -> StoredProposal:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
-        p = await (self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id))
+        approve = to is ProposalStatus.APPROVED
+        p = await (self.get(proposal_id) if approve else self.stored(proposal_id))
+        if seen is not None and seen != p.content_hash:
+            raise ApprovalError("content_changed", f"proposal {p.id} is not the one reviewed")
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return await self.store.decide(
             proposal_id,
             to,
             allowed_from=frozenset({ProposalStatus.PENDING}),
-            actor=f"reviewer:{reviewer.name}",
             reason=reason,
+            actor=f"reviewer:{reviewer.name}",
             now=self.clock(),
+            unchanged=p if approve else None,
         )
 
     async def invalidate(
@@ -291,10 +299,10 @@ class Approvals:
         return await self.store.decide(
             proposal_id,
             ProposalStatus.INVALIDATED,
-            allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
             actor=actor,
             reason=reason,
             now=self.clock(),
+            allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
         )
 
     async def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
@@ -556,22 +564,6 @@ _STORE_METHODS: Final = {
     for name, value in vars(seam).items()
     if inspect.iscoroutinefunction(value)
 }
-
-
-def _new_proposal(
-    proposal: Proposal, proposed_by: str, run_id: str | None, step: int | None, call_id: str | None
-) -> NewProposal:
-    return NewProposal(
-        tenant=proposal.tenant,
-        tool=proposal.tool,
-        arguments=proposal.canonical_arguments,
-        content_hash=proposal.content_hash,
-        effect=proposal.effect,
-        proposed_by=proposed_by,
-        run_id=run_id,
-        step=step,
-        call_id=call_id,
-    )
 
 
 def _own(p: StoredProposal, proposal_id: str, tenant: str) -> StoredProposal:

@@ -81,6 +81,16 @@ _DECIDE = (
     )
     .returning(*P.c)
 )
+# Decided only if the row is still, inside this transaction, the one the caller verified: the
+# same status, tenant, tool, arguments and content hash (``unchanged``), never one rewritten
+# between the caller's read and this update.
+_DECIDE_UNCHANGED = _DECIDE.where(
+    P.c.status == bindparam("b_from"),
+    P.c.tenant == bindparam("b_tenant"),
+    P.c.tool == bindparam("b_tool"),
+    P.c.arguments == bindparam("b_arguments"),
+    P.c.content_hash == bindparam("b_hash"),
+)
 _GET_L = select(L).where(L.c.key == bindparam("b_key"))
 _GET_L_LOCKED = _GET_L.with_for_update()
 _CLAIM = {
@@ -112,6 +122,18 @@ _SAVE_CHECKPOINT = {name: _save_checkpoint_statement(name) for name in ("sqlite"
 def _get_proposal(conn: Connection, proposal_id: str, lock: bool = False) -> StoredProposal | None:
     row = conn.execute(_GET_P_LOCKED if lock else _GET_P, {"b_id": proposal_id}).first()
     return _proposal(row) if row is not None else None
+
+
+def _as_verified(current: StoredProposal, unchanged: StoredProposal) -> dict[str, Any]:
+    """The bound values of ``_DECIDE_UNCHANGED``: the row as the caller verified it, and its
+    status as read under this transaction's lock."""
+    return {
+        "b_from": str(current.status),
+        "b_tenant": unchanged.tenant,
+        "b_tool": unchanged.tool,
+        "b_arguments": unchanged.arguments,
+        "b_hash": unchanged.content_hash,
+    }
 
 
 def _add_event(conn: Connection, proposal_id: str, op: str, actor: str, detail: str, now: datetime) -> None:
@@ -340,6 +362,7 @@ class SqlApprovalStore(SqlStore):
         actor: str,
         reason: str,
         now: datetime,
+        unchanged: StoredProposal | None = None,
     ) -> StoredProposal:
         def decide(conn: Connection) -> StoredProposal:
             current = _get_proposal(conn, proposal_id, lock=True)
@@ -355,7 +378,12 @@ class SqlApprovalStore(SqlStore):
                 "b_at": now,
                 "b_reason": reason,
             }
-            row = conn.execute(_DECIDE, values).one()
+            if unchanged is not None:
+                values.update(_as_verified(current, unchanged))
+            row = conn.execute(_DECIDE if unchanged is None else _DECIDE_UNCHANGED, values).first()
+            if row is None:  # only the conditional update can match no row: the row was changed
+                why = f"proposal {proposal_id} changed after it was read; it was not {to}"
+                raise ApprovalError("content_changed", why)
             _add_event(conn, proposal_id, str(to), actor, reason, now)
             return _proposal(row)
 

@@ -17,7 +17,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tether.policy._intake import Proposal
 
 __all__ = [
     "AUTOMATIC_APPROVAL",
@@ -69,6 +72,23 @@ class NewProposal:
     run_id: str | None = None
     step: int | None = None
     call_id: str | None = None
+
+    @staticmethod
+    def of(
+        proposal: Proposal, proposed_by: str, run_id: str | None, step: int | None, call_id: str | None
+    ) -> NewProposal:
+        """``proposal`` (past intake and policy) as the host asks a store to keep it."""
+        return NewProposal(
+            tenant=proposal.tenant,
+            tool=proposal.tool,
+            arguments=proposal.canonical_arguments,
+            content_hash=proposal.content_hash,
+            effect=proposal.effect,
+            proposed_by=proposed_by,
+            run_id=run_id,
+            step=step,
+            call_id=call_id,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,9 +201,12 @@ class ProposalStore(Protocol):
         actor: str,
         reason: str,
         now: datetime,
+        unchanged: StoredProposal | None = None,
     ) -> StoredProposal:
-        """Move a proposal to ``to`` if its status is in ``allowed_from``; raises ``ApprovalError``
-        (``unknown_proposal``, or ``already_<status>`` reasons) otherwise."""
+        """Move a proposal to ``to`` if its status is in ``allowed_from`` and, given ``unchanged``
+        (the row as the caller read and verified it), its tenant, tool, arguments and content hash
+        are still those, checked in the same atomic update; raises ``ApprovalError``
+        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise."""
         ...
 
     async def add_event(

@@ -107,8 +107,11 @@ class Redactor:
         self._secrets: set[str] = set()
         # piece -> (secret, offset of the piece in it); one pattern finds any piece in one pass
         self._anchors: dict[str, list[tuple[str, int]]] = {}
+        # Both built again only when read after a secret was added (``_built``): learning a huge
+        # secret argument (thousands of values) sorts and compiles once, not once a value.
         self._anchor_rx: re.Pattern[str] | None = None
         self._order: list[str] = []  # longest first
+        self._stale = False
         self._declared: dict[str, frozenset[str]] = {}
         for secret in secrets:
             self.add(secret)
@@ -117,11 +120,19 @@ class Redactor:
         if not secret or secret in self._secrets:
             return
         self._secrets.add(secret)
-        self._order = sorted(self._secrets, key=len, reverse=True)
+        self._stale = True
         if len(secret) >= MIN_FRAGMENT:
             for at in range(0, len(secret) - _ANCHOR + 1, _ANCHOR):
                 self._anchors.setdefault(secret[at : at + _ANCHOR], []).append((secret, at))
-            self._anchor_rx = re.compile("|".join(map(re.escape, sorted(self._anchors))))
+
+    def _built(self) -> None:
+        """The secrets longest first and the pattern of their pieces, as of the last ``add``."""
+        if self._stale:
+            # Marked fresh first: a secret another thread adds meanwhile marks it stale again.
+            self._stale = False
+            self._order = sorted(self._secrets, key=len, reverse=True)
+            if self._anchors:
+                self._anchor_rx = re.compile("|".join(map(re.escape, sorted(self._anchors))))
 
     def has_secrets(self) -> bool:
         return bool(self._secrets)
@@ -176,6 +187,7 @@ class Redactor:
                         self.add(variant)
 
     def text(self, value: str) -> str:
+        self._built()
         for secret in self._order:
             if secret in value:
                 value = value.replace(secret, REDACTED)
