@@ -112,7 +112,9 @@ def _npm_install(packages: list[str]) -> Callable[[Path], str | None]:
         if code == -1:
             return "npm install timed out (no registry?)"
         modules = folder / "node_modules"
-        if code != 0 or not all((modules / p / "dist" / "index.js").exists() for p in packages):
+        # A package may be pinned (``@scope/name@1.2.3``): its folder is its name alone.
+        names = [p[: p.index("@", 1)] if "@" in p[1:] else p for p in packages]
+        if code != 0 or not all((modules / n / "dist" / "index.js").exists() for n in names):
             return f"npm could not install {packages}: {said[-300:]}"
         return None
 
@@ -160,6 +162,8 @@ EVERYTHING = f"{SCOPE}/server-everything"
 BUILDERS: dict[str, Callable[[Path], str | None]] = {
     "npm": _npm_install([f"{SCOPE}/{p}" for p in NPM_PACKAGES]),
     "npm-everything": _npm_install([EVERYTHING]),
+    # An MCP Apps server (wild round 17), pinned to the release its test was written against.
+    "npm-monitor": _npm_install([f"{SCOPE}/server-system-monitor@2.0.3"]),
     "pypi": _pip_install,
     "npx-filesystem": _launcher_cached(
         ["npx", "-y", f"{SCOPE}/server-filesystem", "{folder}"], f"{SCOPE}/server-filesystem"
@@ -171,11 +175,12 @@ BUILDERS: dict[str, Callable[[Path], str | None]] = {
     "uvx-time": _launcher_cached(["uvx", "mcp-server-time", "--help"], "mcp-server-time"),
     "uvx-fetch": _launcher_cached(["uvx", "mcp-server-fetch", "--help"], "mcp-server-fetch"),
 }
-# The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py and
-# test_sandbox_launchers.py).
+# The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py,
+# test_sandbox_launchers.py and test_wild_round17.py).
 FIXTURES = {
     "npm_servers": "npm",
     "everything": "npm-everything",
+    "monitor": "npm-monitor",
     "pypi_servers": "pypi",
     "npx_cached": "npx-filesystem",
     "npx_installed": "npx-everything",

@@ -22,8 +22,6 @@ Found:
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -33,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from published_installs import once
 from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
 from tether.mcp._deep import MAX_RETRY_MS, cut_events
@@ -40,14 +39,13 @@ from tether.mcp._tasks import MAX_POLL_S, MIN_POLL_S, poll_wait
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import _once, approve, script, write_config
+from .conftest import approve, script, write_config
 from .wild17_web import app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
 
 HERE = Path(__file__).parent
 SERVER = HERE / "wild17_server.py"
-MONITOR = "@modelcontextprotocol/server-system-monitor@2.0.3"
 
 
 def w17(name: str = "x", **env: str) -> dict[str, Any]:
@@ -293,27 +291,11 @@ async def test_a_task_asking_a_poll_interval_of_hundreds_of_digits_is_polled_wit
     assert poll_wait(None) == 0.5 and poll_wait(1500) == 1.5 and poll_wait(float("nan")) == 0.5
 
 
-def _npm_monitor(folder: Path) -> str | None:
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        return "npm/node are not installed"
-    command = ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", MONITOR]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    except subprocess.TimeoutExpired:
-        return "npm install timed out (no registry?)"
-    if done.returncode != 0 or not (_monitor_js(folder)).exists():
-        return f"npm could not install {MONITOR}: {(done.stderr or done.stdout)[-300:]}"
-    return None
-
-
-def _monitor_js(folder: Path) -> Path:
-    return folder / "node_modules" / "@modelcontextprotocol" / "server-system-monitor" / "dist" / "index.js"
-
-
 @pytest.fixture(scope="module")
 def monitor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The published system-monitor server (an MCP Apps server), installed once per session."""
-    return _monitor_js(_once(tmp_path_factory, "npm-monitor", _npm_monitor))
+    folder = once(tmp_path_factory, "npm-monitor") / "node_modules" / "@modelcontextprotocol"
+    return folder / "server-system-monitor" / "dist" / "index.js"
 
 
 async def test_the_published_system_monitor_serves_its_model_tool_and_keeps_its_app_tool(
