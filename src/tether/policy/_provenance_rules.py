@@ -33,7 +33,7 @@ from tether.policy._provenance_declarations import (
     declared_rules,
     rules_from_dict,
 )
-from tether.policy._provenance_flow import confidential_flow, joined_found, sent_before
+from tether.policy._provenance_flow import confidential_flow, joined_handles, sent_before
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -338,8 +338,8 @@ class ProvenanceRules:
         arg = rule.argument
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does (so
-        # does one, and a link, this write makes with the run's earlier pieces in the same store).
-        for handle in [*find_handles(text), *joined_found(case.call, arg, text, find_handles)]:
+        # does one this write makes with the run's earlier pieces in the same store).
+        for handle in [*find_handles(text), *joined_handles(case.call, arg, text)]:
             _look_alike(arg, handle, out, shown)
             handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
             if not handle_classes & allowed:
@@ -353,7 +353,7 @@ class ProvenanceRules:
                         "origins": sorted(handle_classes),
                     },
                 )
-        for link in [*find_links(text), *joined_found(case.call, arg, text, find_links, lambda f: f.key)]:
+        for link in find_links(text):
             _look_alike(arg, link.raw, out, shown)
             link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:
