@@ -1,7 +1,8 @@
 """Confidential data leaving in a call (``no_flow``): looked for in each argument, and across
 the arguments a reader reads together (a mail's subject and its body), so a secret split
 between two of them is still the secret; and across the calls that carried data out before it
-(``sent_before``), so a secret split between two mails is the secret too."""
+(``sent_before``), so a secret split between two mails is the secret too. A handle written into
+a store in pieces is looked for in what those pieces make together (``joined_handles``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import Segment, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
-from tether.policy._provenance_values import unfold
+from tether.policy._provenance_values import find_handles, unfold
 
-__all__ = ["confidential_flow", "contained_segments", "sent_before"]
+__all__ = ["confidential_flow", "contained_segments", "joined_handles", "sent_before"]
 
 
 def sent_before(
@@ -126,3 +127,38 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
         and s.text not in index.directory
         and not contains_whole(index.user_text, s.text)
     ]
+
+
+_JOINED_CHARS = 512  # the run's earlier pieces looked at: more than any address or account needs
+
+
+def joined_handles(call: Any, argument: str, value: str) -> list[str]:
+    """Addresses and accounts (``find_handles``) that ``value``, given as ``argument`` to the
+    side-effecting ``call`` (a ``ProposedCall``), makes with what the run's earlier calls of its
+    tool (and those beside it in its turn) gave as the same argument, and that no piece holds (a
+    read keeps nothing: none for it). A store that keeps what it is given (a file appended to, a
+    note, a memory) joins them: an account an injected page gave, written in two appends of ten
+    and thirteen digits, is read back whole from the user's own notes, by this run or by a later
+    run that never saw the page."""
+    if not call.spec.effect.side_effecting:
+        return []
+    earlier: list[str] = []
+    for record in calls_before(call.state, call.call_id):
+        if record.tool == call.spec.name and record.status in SENT and isinstance(record.arguments, Mapping):
+            earlier.extend(split_values(record.arguments.get(argument)))
+    kept: list[str] = []
+    for piece in reversed(earlier):
+        if sum(map(len, kept)) >= _JOINED_CHARS:
+            break
+        kept.insert(0, piece)
+    if not kept:
+        return []
+    alone = {h for piece in (*kept, value) for h in find_handles(piece)}
+    alone |= {h.partition("@")[2] for h in alone if "@" in h}
+    found: list[str] = []
+    for glue in ("", " ", "\n"):  # what the earlier pieces made together was judged with the last
+        before = set(find_handles(glue.join(kept)))
+        found += [h for h in find_handles(glue.join([*kept, value])) if h not in before]
+    # One a piece holds (or its address's domain), extended by what follows it (``…@gmail.com``
+    # + ``done``), is that one's.
+    return [h for h in dict.fromkeys(found) if not any(a in h or h in a for a in alone)]
