@@ -89,6 +89,17 @@ def _web(mode: str) -> Iterator[tuple[dict[str, Any], list[str]]]:
         yield {**entry, "timeout_s": 3}, seen
 
 
+async def _lookup_beside_honest(tmp_path: Path, mode: str) -> tuple[list[str], Any, list[str]]:
+    """The web server in ``mode`` beside the honest one, both approved, then one lookup on each:
+    what the web server's review pinned, the run, and what the web server was asked."""
+    with _web(mode) as (entry, seen):
+        config = write_config(tmp_path, [entry, _ok()])
+        pinned, _ = await approve(config, "web")
+        await approve(config, "ok")
+        steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
+        return pinned, await run_question(config, "Q", steps), seen
+
+
 async def test_a_retry_of_hundreds_of_digits_on_the_sessions_stream_never_stops_the_server(
     tmp_path: Path,
 ) -> None:
@@ -96,12 +107,7 @@ async def test_a_retry_of_hundreds_of_digits_on_the_sessions_stream_never_stops_
     SDK's ``OverflowError`` ended the session as it began ("could not be started:
     OverflowError: int too large to convert to float"); now the wait is held to
     ``MAX_RETRY_MS``, the server starts and serves, and so does the honest server."""
-    with _web("get_retry") as (entry, seen):
-        config = write_config(tmp_path, [entry, _ok()])
-        pinned, _ = await approve(config, "web")
-        await approve(config, "ok")
-        steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
-        run = await run_question(config, "Q", steps)
+    pinned, run, seen = await _lookup_beside_honest(tmp_path, "get_retry")
     assert pinned == ["lookup"]
     assert "value-of-a" in run.seen("web__lookup")[0]
     assert "GET" in seen and _served(run)
@@ -225,12 +231,7 @@ async def test_an_http_server_refusing_the_offered_version_is_asked_again_at_one
 ) -> None:
     """The same refusal over Streamable HTTP (answered at 200, as a JSON-RPC error): before, the
     server never started; now its session begins at ``2024-11-05`` and serves."""
-    with _web("v2024") as (entry, seen):
-        config = write_config(tmp_path, [entry, _ok()])
-        pinned, _ = await approve(config, "web")
-        await approve(config, "ok")
-        steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
-        run = await run_question(config, "Q", steps)
+    pinned, run, seen = await _lookup_beside_honest(tmp_path, "v2024")
     assert pinned == ["lookup"]
     assert "value-of-a" in run.seen("web__lookup")[0]
     asked = [m for m in seen if m.startswith("initialize")]
