@@ -411,7 +411,10 @@ class _Blocks:
             if on_delta is not None:
                 on_delta("reasoning", delta.get("thinking", ""))
         elif dtype == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            # The block's signature, whole, as the official SDK's accumulator sets it (not a piece
+            # to append: a proxy that also gives it in ``content_block_start`` would send it back
+            # twice over, and the API refuses the next request's thinking block).
+            block["signature"] = delta.get("signature", "")
 
 
 def _block_index(value: object) -> object:

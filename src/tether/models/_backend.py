@@ -484,6 +484,7 @@ class HTTPBackend(RetryingBackend):
         billed(usage)
         finish_word = finish_of(finish)
         message = rejoined(message)  # characters a server split at their surrogates
+        message = _ids_as_text(message)  # a call id sent as a number or an object
         calls = message.tool_calls
         if not calls and not (message.content and message.content.strip()) and finish_word in _NORMAL:
             why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
@@ -522,6 +523,21 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
+
+
+def _ids_as_text(message: AssistantMessage) -> AssistantMessage:
+    """The message with each tool call's id as text: an id a server sent as another JSON value
+    (``4242``, ``true``, an object) written as text, as a whole chat answer's always was. The id
+    only pairs a call with its result, and the protocols want it as a string: sent back as the
+    number it came as, the next request is refused (HTTP 400), and an object cannot even be
+    compared with the ids before it (``unique_call_ids``: before, an internal ``TypeError``
+    ended the run, the answer never retried). The same message when every id is text (the
+    usual case)."""
+    calls = message.tool_calls
+    if all(type(c.id) is str for c in calls):
+        return message
+    fixed = tuple(c if type(c.id) is str else replace(c, id=written(c.id)) for c in calls)
+    return replace(message, tool_calls=fixed)
 
 
 def arguments_text(value: object) -> str:

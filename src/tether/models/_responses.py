@@ -16,7 +16,9 @@ names), so every step of every run of one agent lands on the same cache.
 
 The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
 ``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
-summaries as the message's reasoning); a stream's items as ``output_item.done`` gives them, or
+summaries as the message's reasoning); a call of another kind the client must answer (an item
+with a ``call_id``: a custom tool, a shell, a computer) is a call the run never offers, retried as
+an unusable answer; a stream's items as ``output_item.done`` gives them, or
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
 garbled stream, retried, as is a terminal output that lists a call with other arguments than
@@ -274,6 +276,13 @@ class OpenAIResponses(OpenAIBackend):
                 else:
                     unsendable += 1
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
+            elif _client_call(item):
+                # A call the client must answer, of a kind the run never offers (a custom tool, a
+                # shell, a computer): the model asked for an action no tool here performs, so its
+                # text is a preamble, not the final answer (before: the item was passed over as
+                # one of a type the API added later, and the preamble accepted).
+                said = f"a {kind} item (call_id {str(item['call_id'])[:80]!r})"
+                raise Retryable("unusable_response", f"{said}: a call of a kind this run does not offer")
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
         # Items still under way: a whole answer's as listed, a stream's as its done events gave them
@@ -316,6 +325,17 @@ def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     if not isinstance(back.get("summary"), list):
         back["summary"] = []
     return {"provider": PROVIDER, **back}
+
+
+def _client_call(item: Mapping[str, Any]) -> bool:
+    """Whether an output item other than a ``function_call`` is a call the client must answer:
+    one with a ``call_id`` (``custom_tool_call``, ``local_shell_call``, ``computer_call``, and
+    whatever kind of client tool the API adds next: each is answered by an output that names its
+    ``call_id``), not the output of one (``…_output``, an input item a proxy echoed). A tool the
+    server runs itself (``web_search_call``, ``file_search_call`` …) has no ``call_id``, and an
+    item of a type the API added later without one is passed over."""
+    kind = str(item.get("type") or "")
+    return bool(item.get("call_id")) and kind != "function_call" and not kind.endswith("_output")
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended

@@ -256,9 +256,8 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     for item in streamed:
         arguments = item.get("arguments") if item.get("type") == "function_call" else None
         if isinstance(arguments, str) and arguments:  # none said ("" as added): nothing to compare
-            for key in (item.get("id"), item.get("call_id")):
-                if key:  # a key two calls share (one call_id twice) names neither
-                    said[key] = arguments if said.get(key, arguments) == arguments else None
+            for key in _keys(item):  # a key two calls share (one call_id twice) names neither
+                said[key] = arguments if said.get(key, arguments) == arguments else None
     for item in output:
         listed = item.get("arguments") if isinstance(item, dict) else None
         streamed_as = _said_for(item, said)
@@ -321,10 +320,17 @@ def _said_for(item: Any, said: dict[object, str | None]) -> str | None:
     """A call's arguments as the stream said them (by its item ``id``, else its ``call_id``)."""
     if not (isinstance(item, dict) and item.get("type") == "function_call"):
         return None
-    for key in (item.get("id"), item.get("call_id")):
-        if key and said.get(key) is not None:
+    for key in _keys(item):
+        if said.get(key) is not None:
             return said[key]
     return None
+
+
+def _keys(item: Mapping[str, Any]) -> list[str]:
+    """What names a call across the stream and the terminal output: its item ``id`` and its
+    ``call_id``, each where it is text (an id sent as a number or an object names nothing here:
+    the call is matched by the other; ``_backend._ids_as_text`` writes it as text for the run)."""
+    return [key for key in (item.get("id"), item.get("call_id")) if isinstance(key, str) and key]
 
 
 def _lacks_arguments(item: Any) -> bool:
