@@ -7,7 +7,9 @@ Faults fixed this round (never accepted; retried as an unusable answer, then ``m
 Responses output item that is a call the client must answer, of a kind the run never offers (a
 ``custom_tool_call``, a ``local_shell_call``: an item with a ``call_id``) beside the answer's text
 (before: passed over as an item of a type the API added later, and the text, a preamble to an
-action no tool here performs, accepted as the final answer, exit 0; ``_responses._client_call``).
+action no tool here performs, accepted as the final answer, exit 0; ``_said.client_call``), and
+the same call where a stream gives it and its terminal output lists the message alone, or where
+the stream only adds it (``_said._with_left_out``, ``_Said.items``).
 A tool the server runs itself (``web_search_call``: no ``call_id``) and a call's output a proxy
 echoed (``function_call_output``) are still passed over, the answer accepted.
 
@@ -67,9 +69,10 @@ def _is(item: Any, kind: str) -> bool:
 # -- Responses: an output item of another kind beside the answer ---------------------------------
 
 
-def beside(extra: dict[str, Any]) -> Edit:
-    """Responses: ``extra`` listed after the answer's message, whole or streamed (added and done at
-    the next output index, and in the terminal output)."""
+def beside(extra: dict[str, Any], *, done: bool = True, listed: bool = True) -> Edit:
+    """Responses: ``extra`` listed after the answer's message, whole or streamed (added at the
+    next output index; ``done``: done there too; ``listed``: in the terminal output too, else
+    that output lists the message alone, a proxy that rebuilds it from the text)."""
 
     def edit(items: list[Any]) -> list[Any]:
         item = {**extra, "status": "completed"}
@@ -78,22 +81,24 @@ def beside(extra: dict[str, Any]) -> Edit:
             return items
         at = next(n for n, i in enumerate(items) if _is(i, "response.completed"))
         index = len(items[at]["response"]["output"])
-        items[at]["response"]["output"].append(item)
+        if listed:
+            items[at]["response"]["output"].append(item)
+        added = {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "status": "in_progress"},
+        }
         items[at:at] = [
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {**item, "status": "in_progress"},
-            },
-            {"type": "response.output_item.done", "output_index": index, "item": item},
+            added,
+            *([{"type": "response.output_item.done", "output_index": index, "item": item}] * done),
         ]
         return items
 
     return edit
 
 
-def text_beside(extra: dict[str, Any]) -> Callable[[str, bool], Reply]:
-    return lambda p, s: Reply.text(ANSWER, edit=beside(extra))
+def text_beside(extra: dict[str, Any], **kw: bool) -> Callable[[str, bool], Reply]:
+    return lambda p, s: Reply.text(ANSWER, edit=beside(extra, **kw))
 
 
 def answer_beside(extra: dict[str, Any]) -> Callable[[str, bool], list[Reply]]:
@@ -110,6 +115,10 @@ CASES = [
     Round4("responses_a_custom_tool_call_beside_the_text", twice(text_beside(CUSTOM)), False,
            ("a custom_tool_call item (call_id 'call_c9')", "a call of a kind this run does not offer",
             "gave up"), at=RESPONSES),
+    Round4("responses_a_custom_tool_call_the_terminal_output_leaves_out", twice(text_beside(
+        CUSTOM, listed=False)), False, ("a custom_tool_call item", "gave up"), at=RESPONSES[2:]),
+    Round4("responses_a_custom_tool_call_only_added", twice(text_beside(CUSTOM, done=False, listed=False)),
+           False, ("a custom_tool_call item", "gave up"), at=("responses/stream/http",)),
     Round4("responses_a_local_shell_call_beside_the_text", twice(text_beside(SHELL)), False,
            ("a local_shell_call item", "does not offer", "gave up"),
            at=("responses/whole/http", "responses/stream/http")),

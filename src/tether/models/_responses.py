@@ -50,7 +50,7 @@ from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
-from tether.models._said import DONE_EVENTS, _Said, _with_arguments, _with_left_out
+from tether.models._said import DONE_EVENTS, _Said, _with_arguments, _with_left_out, client_call
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -276,7 +276,7 @@ class OpenAIResponses(OpenAIBackend):
                 else:
                     unsendable += 1
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
-            elif _client_call(item):
+            elif client_call(item):
                 # A call the client must answer, of a kind the run never offers (a custom tool, a
                 # shell, a computer): the model asked for an action no tool here performs, so its
                 # text is a preamble, not the final answer (before: the item was passed over as
@@ -325,17 +325,6 @@ def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     if not isinstance(back.get("summary"), list):
         back["summary"] = []
     return {"provider": PROVIDER, **back}
-
-
-def _client_call(item: Mapping[str, Any]) -> bool:
-    """Whether an output item other than a ``function_call`` is a call the client must answer:
-    one with a ``call_id`` (``custom_tool_call``, ``local_shell_call``, ``computer_call``, and
-    whatever kind of client tool the API adds next: each is answered by an output that names its
-    ``call_id``), not the output of one (``…_output``, an input item a proxy echoed). A tool the
-    server runs itself (``web_search_call``, ``file_search_call`` …) has no ``call_id``, and an
-    item of a type the API added later without one is passed over."""
-    kind = str(item.get("type") or "")
-    return bool(item.get("call_id")) and kind != "function_call" and not kind.endswith("_output")
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended

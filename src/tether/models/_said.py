@@ -14,7 +14,7 @@ from typing import Any
 from tether.models._base import paired
 from tether.models._retrying import Retryable, streamed
 
-__all__ = ["DONE_EVENTS", "_Said", "_same_json", "_with_arguments", "_with_left_out"]
+__all__ = ["DONE_EVENTS", "_Said", "_same_json", "_with_arguments", "_with_left_out", "client_call"]
 
 
 class _Said:
@@ -170,6 +170,8 @@ class _Said:
                 out.append(
                     {**added, "arguments": "".join(self.arguments.get(key, ())) or added.get("arguments")}
                 )
+            elif client_call(added):  # a call of a kind the run never offers: ``_parse`` refuses it
+                out.append(added)
             elif added.get("type") == "reasoning":  # kept to send back with the call, as a done one is
                 summary = [{"type": "summary_text", "text": t} for t in self.joined(self.thought, key)]
                 out.append({**added, "summary": added.get("summary") or summary})
@@ -272,19 +274,32 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
 
 
 def _with_left_out(output: Any, streamed: list[dict[str, Any]]) -> Any:
-    """A terminal output with the calls (and reasoning items) the stream gave where it lists
-    none of their kind: a proxy that rebuilds the final response from its message alone does
-    not make the call the model asked for vanish, its preamble text accepted as the final
-    answer (nor lose the reasoning sent back with it), as text it leaves out is the stream's.
-    An output that lists calls of its own is as it is (``_with_arguments`` checks them); an
-    empty one is the stream's whole (``_parse``)."""
+    """A terminal output with the calls (one of a kind the run never offers too: ``client_call``)
+    and reasoning items the stream gave where it lists none of their kind: a proxy that rebuilds
+    the final response from its message alone does not make the call the model asked for
+    vanish, its preamble text accepted as the final answer (nor lose the reasoning sent back
+    with it), as text it leaves out is the stream's. An output that lists calls of its own is as
+    it is (``_with_arguments`` checks them); an empty one is the stream's whole (``_parse``)."""
     if not output or not streamed or not isinstance(output, list):
         return output
     kinds = {item.get("type") for item in output if isinstance(item, dict)}
     left = [
-        i for i in streamed if i.get("type") in ("function_call", "reasoning") and i.get("type") not in kinds
+        i
+        for i in streamed
+        if (i.get("type") in ("function_call", "reasoning") or client_call(i)) and i.get("type") not in kinds
     ]
     return [*output, *left] if left else output
+
+
+def client_call(item: Mapping[str, Any]) -> bool:
+    """Whether an output item other than a ``function_call`` is a call the client must answer:
+    one with a ``call_id`` (``custom_tool_call``, ``local_shell_call``, ``computer_call``, and
+    whatever kind of client tool the API adds next: each is answered by an output that names its
+    ``call_id``), not the output of one (``…_output``, an input item a proxy echoed). A tool the
+    server runs itself (``web_search_call``, ``file_search_call`` …) has no ``call_id``, and an
+    item of a type the API added later without one is passed over."""
+    kind = str(item.get("type") or "")
+    return bool(item.get("call_id")) and kind != "function_call" and not kind.endswith("_output")
 
 
 def _text_of(items: list[Any]) -> str:
