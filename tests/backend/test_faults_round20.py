@@ -17,7 +17,10 @@ A tool call id sent as another JSON value than a string (``4242``, ``true``, an 
 protocol, whole and streamed: the call runs and its result goes back under the id as text
 (before: a chat stream's or a Responses answer's number went back as a number, which the API
 refuses, and an object ended the run ``model_error`` with an internal ``TypeError: unhashable
-type``, never retried; ``_backend._ids_as_text``). An Anthropic thinking block whose
+type``, never retried; ``_backend._ids_as_text``). A call whose id an earlier turn's call has is
+renamed to an id of at most 40 characters, the longest OpenAI's chat API takes (before: an
+OpenAI-length id and its suffix were 42 characters, and the next request was refused;
+``_base.unique_call_ids``). An Anthropic thinking block whose
 ``content_block_start`` already carries the signature its ``signature_delta`` then gives goes back
 with that signature once, as the official SDK's accumulator sets it (before: appended, the
 signature twice over, which the API refuses on the next request; ``_anthropic._Blocks.delta``).
@@ -188,6 +191,52 @@ def test_a_call_id_that_is_not_a_string_runs_and_goes_back_as_text(
     named = results_named(provider, bodies[1])
     assert len(named) == 1 and isinstance(named[0], str) and named[0], named
     assert json.dumps(bodies[1]).count(json.dumps(named[0])) == 2  # the call, and its result
+
+
+# -- a call id an earlier turn used, renamed within the length the API takes ---------------------
+
+OPENAI_ID = "call_" + "Xy7" * 8  # as OpenAI writes one: ``call_`` and 24 characters
+
+
+def one_long_id(items: list[Any]) -> list[Any]:
+    """Chat: every call's id the same OpenAI-length id on every turn (a caching proxy that
+    replays an answer, a server whose ids repeat)."""
+    return walk(items, lambda d: d.update(id=OPENAI_ID) if "function" in d and d.get("id") else None)
+
+
+def refuses_long_or_repeated_ids(replies: list[Reply]) -> Any:
+    """A chat server that, as OpenAI's (and Azure's) does, refuses a call id of more than 40
+    characters ("string too long. Expected a string with maximum length 40", HTTP 400), and one
+    that repeats."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        calls = [c["id"] for m in request["messages"] for c in m.get("tool_calls") or ()]
+        if len(set(calls)) < len(calls) or any(len(c) > 40 for c in calls):
+            return Reply.error(400, f"Invalid 'messages[].tool_calls[].id': string too long: {calls}")
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    return respond
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_id_an_earlier_turn_used_is_renamed_within_the_length_the_api_takes(
+    tmp_path: Path, stream: bool
+) -> None:
+    """Two turns of calls under one OpenAI-length id, then the answer: the second call is renamed
+    (its result naming it) to an id of at most 40 characters, and the run is accepted (before:
+    the id and a 13-character suffix, 42, which the API refuses: the third request failed, the
+    run ended ``model_error`` after both tools had run)."""
+    turns = [
+        Reply.calls(("read_order", json.dumps({"order_id": n})), edit=one_long_id) for n in ("742", "743")
+    ]
+    model = {"provider": "openai-chat", "name": "m-1", "streaming": stream, "transport": "http"}
+    with SERVERS["openai-chat"](refuses_long_or_repeated_ids([*turns, Reply.text(ANSWER)])) as server:
+        code, out, responses = run_agent(tmp_path, {**model, "base_url": server.url, "max_retries": 0})
+        last = server.bodies()[-1]
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    [[old, new]] = responses[1]["call_ids_renamed"]
+    assert old == OPENAI_ID and len(new) <= 40 and new != old and new.startswith(OPENAI_ID[:20]), new
+    assert [m["tool_call_id"] for m in last["messages"] if m.get("role") == "tool"] == [OPENAI_ID, new]
 
 
 # -- Anthropic: a signature given in the block's start and again as its delta ----------------------

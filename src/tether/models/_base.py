@@ -201,13 +201,20 @@ def _whole_value(value: Any) -> Any:
     return value
 
 
+# The longest tool call id a renamed call gets: OpenAI's chat API (and Azure's) refuses a longer
+# one in the next request ("string too long. Expected a string with maximum length 40", HTTP 400),
+# and its own ids (``call_`` and 24 characters) with the suffix were 42.
+MAX_CALL_ID = 40
+
+
 def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:
     """The response with each tool call whose id an earlier call of the conversation already
     has (a server that numbers calls per answer: ``toolu_0`` on every turn) given a new one,
-    the old id and a suffix: a call's result names the call it answers, and a provider refuses
-    a conversation whose call ids repeat (Anthropic: "tool_use ids must be unique"), so the
-    next request would fail. ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same
-    response when no id repeats (the usual case)."""
+    the old id (its first characters, so the new one has at most ``MAX_CALL_ID`` characters) and
+    a suffix: a call's result names the call it answers, and a provider refuses a conversation
+    whose call ids repeat (Anthropic: "tool_use ids must be unique"), so the next request would
+    fail. ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same response when no id
+    repeats (the usual case)."""
     calls = response.message.tool_calls
     if not calls:
         return response
@@ -218,7 +225,7 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
     fresh: list[ToolCall] = []
     for call in calls:
         if call.id in used:
-            renamed.append([call.id, f"{call.id}_{uuid.uuid4().hex[:12]}"])
+            renamed.append([call.id, f"{call.id[: MAX_CALL_ID - 13]}_{uuid.uuid4().hex[:12]}"])
             call = replace(call, id=renamed[-1][1])
         fresh.append(call)
     message = replace(response.message, tool_calls=tuple(fresh))
