@@ -36,6 +36,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-resume", action="store_true", help="record decisions only; runs resume via tether resume"
     )
+    p.add_argument(
+        "--resume-app",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="a factory whose runs the console may resume (repeatable; as a worker's --app): a run"
+        " naming any other is left to tether resume (a checkpoint names the code that rebuilds it)",
+    )
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
     p.add_argument(
@@ -215,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
             sources = deployment_sources(url=args.db, **stores)
         else:
             approvals_db = Path(args.db) if args.db else out / "approvals.db"
-            sources = sqlite_sources(approvals_db=approvals_db, **stores)
+            sources = sqlite_sources(approvals_db=approvals_db, resume_apps=args.resume_app, **stores)
     except (TetherError, OSError) as err:
         stores["users"].close()
         print(f"tether serve: {err}", file=sys.stderr)
