@@ -46,6 +46,8 @@ __all__ = [
     "TokenInfo",
     "UserStore",
     "hash_secret",
+    "name_likeness",
+    "sign_in_name",
     "verify_secret",
 ]
 

@@ -180,6 +180,18 @@ def trusted_proxies(values: list[str]) -> list[str]:
     return out
 
 
+def _notes(args: argparse.Namespace, *, has_users: bool) -> None:
+    """What the operator is told as the console starts."""
+    if not has_users:
+        print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
+    if not (args.no_resume or args.resume_app or (args.db and "://" in args.db)):
+        # A deployment's workers resume its runs (each serves only its own --app).
+        print(
+            "the console resumes no runs: name their apps with --resume-app MODULE:FUNCTION", file=sys.stderr
+        )
+    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -246,9 +258,7 @@ def run(args: argparse.Namespace) -> int:
         sources.close()  # refused: the stores opened for it are closed (the app's lifespan never runs)
         print(f"tether serve: {err}", file=sys.stderr)
         return 1
-    if not sources.users.has_users():
-        print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
-    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    _notes(args, has_users=sources.users.has_users())
     uvicorn.run(
         app,
         host=args.host,
