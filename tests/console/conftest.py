@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("starlette", reason="the console extra is not installed")
 pytest.importorskip("jinja2", reason="the console extra is not installed")
 
+from _notes_app import APP as NOTES_APP
 from console_world import PASSWORD, PEOPLE, NotesServer, World, login, paused_runs, write_mcp_config
 from starlette.testclient import TestClient
 
@@ -64,6 +65,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes_server: NotesSe
         trace_dir=w.traces,
         mcp_config=w.config,
         users=UserStore(w.users_db, scrypt_n=2**10),  # cheap hashes: the tests sign in often
+        resume_apps=(NOTES_APP,),  # as tether serve --resume-app
     )
     for name, grants in PEOPLE.items():
         sources.users.add_user(name, PASSWORD)

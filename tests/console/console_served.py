@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from _notes_app import APP as NOTES_APP
 from console_world import PASSWORD, PEOPLE, NotesServer, World, paused_runs, write_mcp_config
 
 from tether.console import create_app, sqlite_sources
@@ -122,6 +123,7 @@ class Console(Stores):
             trace_dir=w.traces,
             mcp_config=config or w.config,
             users=users,
+            resume_apps=(NOTES_APP,),
         )
         if max_requests:
             options["max_requests"] = max_requests

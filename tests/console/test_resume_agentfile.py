@@ -11,6 +11,7 @@ import yaml
 from console_world import PASSWORD, csrf_of, login
 from starlette.testclient import TestClient
 
+from tether.agents._build import APP as AGENT_FILES
 from tether.cli import main
 from tether.console import create_app, sqlite_sources
 from tether.console._sources import ConsoleSources
@@ -61,6 +62,7 @@ def test_a_run_started_from_an_agent_file_resumes_from_the_console(
         sources = sqlite_sources(
             users_db=tmp_path / "console.db", approvals_db=tmp_path / "approvals.db",
             trace_dir=tmp_path / "traces", users=UserStore(tmp_path / "console.db", scrypt_n=2**10),
+            resume_apps=(AGENT_FILES,),
         )  # fmt: skip
         sources.users.add_user("ana", PASSWORD)
         sources.users.grant("ana", "shop-a", "reviewer")
@@ -106,6 +108,7 @@ def _console(tmp_path: Path) -> tuple[TestClient, ConsoleSources]:
     sources = sqlite_sources(
         users_db=tmp_path / "console.db", approvals_db=tmp_path / "approvals.db",
         trace_dir=tmp_path / "traces", users=UserStore(tmp_path / "console.db", scrypt_n=2**10),
+        resume_apps=(AGENT_FILES, "no_such_module_here:build"),
     )  # fmt: skip
     sources.users.add_user("ana", PASSWORD)
     sources.users.grant("ana", "shop-a", "reviewer")

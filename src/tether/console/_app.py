@@ -78,6 +78,7 @@ class Console:
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_FRAMED_TWICE = "a request has a Content-Length or a Transfer-Encoding, not both"
 
 
 # A name or IPv4 address, or a bracketed IPv6 address, with an optional port; or a bare IPv6 address.
@@ -97,7 +98,9 @@ def _host_name(value: bytes) -> str:
 
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
-    rebinding); a path or query with a NUL character is refused (400, ``UNSTORABLE``); the
+    rebinding); a request framed by both a ``Content-Length`` and a ``Transfer-Encoding`` is
+    refused (400) and its connection closed; a path or query with a NUL character is refused
+    (400, ``UNSTORABLE``); the
     body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
@@ -166,6 +169,13 @@ class Guard:
 
     async def _serve(self, scope: Scope, receive: Receive, wrapped: Send) -> None:
         headers = dict(scope.get("headers") or [])
+        if b"transfer-encoding" in headers and b"content-length" in headers:
+            # Framed two ways: a proxy in front that reads the length would send what the chunks
+            # leave over as the next request on a shared connection (request smuggling). Refused,
+            # and the connection closed with it (RFC 9112 6.1), whatever follows on it unread.
+            refused = PlainTextResponse(_FRAMED_TWICE, status_code=400, headers={"connection": "close"})
+            await refused(scope, receive, wrapped)
+            return
         if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
             return

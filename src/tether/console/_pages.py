@@ -26,7 +26,7 @@ from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal
+from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal, sign_in_name
 from tether.console._web import UNSTORABLE, form_value, holds_unstorable
 from tether.errors import ApprovalError, TetherError
 
@@ -263,7 +263,7 @@ class _Pages:
         if request.method == "POST":
             form = await request.form()
             nxt = local_path(form_value(form, "next", 500))
-            name = form_value(form, "username", 64).strip().lower()
+            name = sign_in_name(form_value(form, "username", 64))
             # A browser that signed in as this name before is counted as itself, not as an address
             # it may share with guessers (their failures there would lock its person out).
             client = self.gate.device(request, name) or (request.client.host if request.client else "")

@@ -20,7 +20,7 @@ __all__ = ["resume_run"]
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
     """Resume ``run_id``; returns the run's summary (or the enqueued continuation's on a
     deployment). Raises ``Hidden``, ``Denied``, ``ApprovalError`` (``resume_disabled``,
-    ``run_finished``, ``not_resumable``, ``run_cancelled``, ``not_durable`` …)."""
+    ``run_finished``, ``not_resumable``, ``app_not_allowed``, ``run_cancelled``, ``not_durable`` …)."""
     if sources.approvals is None:
         raise Hidden("run")
     checkpoint, tenant = await sources.checkpoint(run_id)

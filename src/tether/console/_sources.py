@@ -136,9 +136,17 @@ class ConsoleSources:
                 close()
 
 
-def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
+def factory_resumer(db: Path, approvals: Approvals, apps: Collection[str] = ()) -> Resumer:
     """Resume a run by the code ``tether resume`` uses: ``resume_point`` (what may be resumed),
-    ``rebuild`` (the factory the checkpoint names) and ``resume_rebuilt``; the run's summary."""
+    ``rebuild`` (the factory the checkpoint names) and ``resume_rebuilt``; the run's summary.
+
+    Only a factory among ``apps`` (``module:function``, as ``tether serve --resume-app``) is
+    imported: a checkpoint names its factory, and whoever can write a checkpoint row would
+    otherwise choose the code the console imports and runs (``app_not_allowed``; ``tether resume``
+    on the host still resumes it). Like a durable worker's ``--app``."""
+    from tether.runners._scope import current_app
+
+    allowed = frozenset(current_app(app) for app in apps)
 
     async def resume(run_id: str) -> dict[str, Any]:
         from tether.runners._scope import rebuild, resume_point, resume_rebuilt
@@ -147,6 +155,12 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
         if not point.app:
             raise ApprovalError(
                 "not_resumable", f"run {run_id} recorded no application factory: tether resume {run_id} --app"
+            )
+        if current_app(point.app) not in allowed:
+            raise ApprovalError(
+                "app_not_allowed",
+                f"this console resumes only the apps it was started with (tether serve --resume-app):"
+                f" run {run_id} names another; tether resume {run_id} continues it",
             )
         try:
             host, agent = rebuild(point.app, db, run_id)
@@ -211,8 +225,10 @@ def sqlite_sources(
     mcp_config: Path | None = None,
     allow_resume: bool = True,
     users: UserStore | None = None,
+    resume_apps: Collection[str] = (),
 ) -> ConsoleSources:
-    """The embedded default: SQLite files (a missing approval store is created) and a trace folder."""
+    """The embedded default: SQLite files (a missing approval store is created) and a trace folder.
+    The console resumes runs of the ``resume_apps`` factories only (``factory_resumer``)."""
     from tether.policy._sqlite_store import SqliteApprovalStore
 
     approvals = Approvals(SqliteApprovalStore(approvals_db)) if approvals_db is not None else None
@@ -226,7 +242,7 @@ def sqlite_sources(
         open_pins = partial(PinStore, config.path(config.host.pins))
     resume = None
     if allow_resume and approvals is not None and approvals_db is not None:
-        resume = factory_resumer(approvals_db, approvals)
+        resume = factory_resumer(approvals_db, approvals, resume_apps)
     return ConsoleSources(
         users=users or UserStore(users_db),
         approvals=approvals,

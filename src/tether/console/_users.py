@@ -22,6 +22,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -45,6 +46,8 @@ __all__ = [
     "TokenInfo",
     "UserStore",
     "hash_secret",
+    "name_likeness",
+    "sign_in_name",
     "verify_secret",
 ]
 
@@ -68,6 +71,10 @@ TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none
 REFUSALS_AUDITED = 10
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # the whole name (fullmatch: no trailing line break)
+# What a reader takes two names to be the same by: separators, and the ASCII digits and letters
+# that look alike (TR39's ASCII confusables). No two accounts share a likeness (``name_likeness``).
+_LIKE_CHARS = str.maketrans({"0": "o", "1": "l", "i": "l", "|": "l", ".": None, "_": None, "-": None})
+_LIKE_PAIRS = (("rn", "m"), ("vv", "w"), ("cl", "d"))
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
 
@@ -142,6 +149,22 @@ def check_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise AuthError("bad_name", "user names are 1-64 of a-z 0-9 . _ - (starting with a letter or digit)")
     return name
+
+
+def sign_in_name(typed: str) -> str:
+    """The account name a sign-in form's ``typed`` name means: width- and case-folded (RFC 8265's
+    user-name mapping) and stripped, so ``Admin``, ``admin `` and fullwidth ``ａｄｍｉｎ`` are
+    ``admin`` (one account, one throttle, one audit name), never another person."""
+    return unicodedata.normalize("NFKC", typed).strip().casefold()
+
+
+def name_likeness(name: str) -> str:
+    """What ``name`` reads as: ``adm1n``, ``ad.min`` and ``Admin`` all read as ``admln``. An account
+    is not created under a name that reads as an existing one (``add_user``: ``name_collides``)."""
+    text = sign_in_name(name).translate(_LIKE_CHARS)
+    for pair, one in _LIKE_PAIRS:
+        text = text.replace(pair, one)
+    return text
 
 
 def check_tenant(tenant: str) -> str:
@@ -268,7 +291,7 @@ class UserStore:
     def add_user(self, name: str, password: str, grants: Mapping[str, str] | None = None) -> None:
         """Create a person, with ``grants`` (tenant -> role), all in one transaction: a bad
         tenant or role creates nobody. Raises ``AuthError`` (``bad_name``, ``weak_password``,
-        ``exists``, ``bad_tenant``, ``bad_role``)."""
+        ``exists``, ``name_collides``: it reads as an existing name, ``bad_tenant``, ``bad_role``)."""
         check_name(name)
         for tenant, role in (grants or {}).items():
             _check_grant(tenant, role)
@@ -276,6 +299,13 @@ class UserStore:
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
+            likeness = name_likeness(name)
+            for (other,) in conn.execute("SELECT name FROM users"):
+                if name_likeness(other) == likeness:
+                    raise AuthError(
+                        "name_collides",
+                        f"user name {name} reads as the existing user {other}: choose another",
+                    )
             conn.execute(
                 "INSERT INTO users (name, password_hash, created_at, disabled) VALUES (?, ?, ?, 0)",
                 (name, hashed, _ts(_now())),

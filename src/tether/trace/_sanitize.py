@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -107,11 +108,15 @@ class Redactor:
         self._secrets: set[str] = set()
         # piece -> (secret, offset of the piece in it); one pattern finds any piece in one pass
         self._anchors: dict[str, list[tuple[str, int]]] = {}
-        # Both built again only when read after a secret was added (``_built``): learning a huge
-        # secret argument (thousands of values) sorts and compiles once, not once a value.
-        self._anchor_rx: re.Pattern[str] | None = None
-        self._order: list[str] = []  # longest first
+        # What ``text`` reads: the secrets longest first, a copy of the pieces and their pattern,
+        # built again only when read after a secret was added (``_built``: learning a huge secret
+        # argument sorts and compiles once, not once a value). A run's tools learn secrets on
+        # other threads while its tracer redacts: ``add`` and the build hold ``_lock``, and a
+        # reader only ever reads a view no ``add`` changes (iterating the live pieces while a
+        # thread added one raised "dictionary changed size during iteration").
+        self._view: _View = ((), {}, None)
         self._stale = False
+        self._lock = threading.Lock()
         self._declared: dict[str, frozenset[str]] = {}
         for secret in secrets:
             self.add(secret)
@@ -119,20 +124,25 @@ class Redactor:
     def add(self, secret: str) -> None:
         if not secret or secret in self._secrets:
             return
-        self._secrets.add(secret)
-        self._stale = True
-        if len(secret) >= MIN_FRAGMENT:
-            for at in range(0, len(secret) - _ANCHOR + 1, _ANCHOR):
-                self._anchors.setdefault(secret[at : at + _ANCHOR], []).append((secret, at))
+        with self._lock:
+            if secret in self._secrets:
+                return
+            self._secrets.add(secret)
+            self._stale = True
+            if len(secret) >= MIN_FRAGMENT:
+                for at in range(0, len(secret) - _ANCHOR + 1, _ANCHOR):
+                    self._anchors.setdefault(secret[at : at + _ANCHOR], []).append((secret, at))
 
-    def _built(self) -> None:
-        """The secrets longest first and the pattern of their pieces, as of the last ``add``."""
+    def _built(self) -> _View:
+        """The secrets longest first, their pieces and the pieces' pattern, as of the last ``add``."""
         if self._stale:
-            # Marked fresh first: a secret another thread adds meanwhile marks it stale again.
-            self._stale = False
-            self._order = sorted(self._secrets, key=len, reverse=True)
-            if self._anchors:
-                self._anchor_rx = re.compile("|".join(map(re.escape, sorted(self._anchors))))
+            with self._lock:
+                if self._stale:
+                    self._stale = False
+                    anchors = {piece: tuple(found) for piece, found in self._anchors.items()}
+                    rx = re.compile("|".join(map(re.escape, sorted(anchors)))) if anchors else None
+                    self._view = (tuple(sorted(self._secrets, key=len, reverse=True)), anchors, rx)
+        return self._view
 
     def has_secrets(self) -> bool:
         return bool(self._secrets)
@@ -187,65 +197,69 @@ class Redactor:
                         self.add(variant)
 
     def text(self, value: str) -> str:
-        self._built()
-        for secret in self._order:
+        order, anchors, rx = self._built()
+        for secret in order:
             if secret in value:
                 value = value.replace(secret, REDACTED)
-        if self._anchors:
-            value = self._fragments(value)
+        if rx is not None:
+            value = _fragments(value, anchors, rx)
         return value
-
-    def _positions(self, value: str) -> list[tuple[int, str]]:
-        """Where a piece of a secret starts in ``value`` (overlapping ones too)."""
-        out: list[tuple[int, str]] = []
-        if len(value) <= 512:
-            rx = self._anchor_rx
-            assert rx is not None
-            found = rx.search(value)
-            while found is not None:
-                out.append((found.start(), found.group()))
-                found = rx.search(value, found.start() + 1)
-            return out
-        for piece in self._anchors:
-            pos = value.find(piece)
-            while pos != -1:
-                out.append((pos, piece))
-                pos = value.find(piece, pos + 1)
-        return out
-
-    def _fragments(self, value: str) -> str:
-        spans: list[tuple[int, int]] = []
-        for pos, piece in self._positions(value):
-            for secret, at in self._anchors[piece]:
-                left = 0
-                while pos - left > 0 and at - left > 0 and value[pos - left - 1] == secret[at - left - 1]:
-                    left += 1
-                right = 0
-                end, send = pos + _ANCHOR, at + _ANCHOR
-                while (
-                    end + right < len(value)
-                    and send + right < len(secret)
-                    and (value[end + right] == secret[send + right])
-                ):
-                    right += 1
-                if left + _ANCHOR + right >= MIN_FRAGMENT:
-                    spans.append((pos - left, end + right))
-        if not spans:
-            return value
-        spans.sort()
-        out, last = [], 0
-        for start, stop in spans:
-            if stop <= last:
-                continue
-            if start >= last:
-                out.append(value[last:start])
-                out.append(REDACTED)
-            last = stop
-        out.append(value[last:])
-        return "".join(out)
 
     def is_secret_key(self, key: str) -> bool:
         return _secret_key(key)
+
+
+# A redactor's secrets as ``text`` reads them: longest first, piece -> (secret, offset), pattern.
+_View = tuple[tuple[str, ...], dict[str, tuple[tuple[str, int], ...]], "re.Pattern[str] | None"]
+
+
+def _positions(value: str, anchors: Mapping[str, Any], rx: re.Pattern[str]) -> list[tuple[int, str]]:
+    """Where a piece of a secret starts in ``value`` (overlapping ones too)."""
+    out: list[tuple[int, str]] = []
+    if len(value) <= 512:
+        found = rx.search(value)
+        while found is not None:
+            out.append((found.start(), found.group()))
+            found = rx.search(value, found.start() + 1)
+        return out
+    for piece in anchors:
+        pos = value.find(piece)
+        while pos != -1:
+            out.append((pos, piece))
+            pos = value.find(piece, pos + 1)
+    return out
+
+
+def _fragments(value: str, anchors: Mapping[str, tuple[tuple[str, int], ...]], rx: re.Pattern[str]) -> str:
+    spans: list[tuple[int, int]] = []
+    for pos, piece in _positions(value, anchors, rx):
+        for secret, at in anchors[piece]:
+            left = 0
+            while pos - left > 0 and at - left > 0 and value[pos - left - 1] == secret[at - left - 1]:
+                left += 1
+            right = 0
+            end, send = pos + _ANCHOR, at + _ANCHOR
+            while (
+                end + right < len(value)
+                and send + right < len(secret)
+                and (value[end + right] == secret[send + right])
+            ):
+                right += 1
+            if left + _ANCHOR + right >= MIN_FRAGMENT:
+                spans.append((pos - left, end + right))
+    if not spans:
+        return value
+    spans.sort()
+    out, last = [], 0
+    for start, stop in spans:
+        if stop <= last:
+            continue
+        if start >= last:
+            out.append(value[last:start])
+            out.append(REDACTED)
+        last = stop
+    out.append(value[last:])
+    return "".join(out)
 
 
 def _unescape(raw: str) -> str:

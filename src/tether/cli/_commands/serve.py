@@ -36,6 +36,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-resume", action="store_true", help="record decisions only; runs resume via tether resume"
     )
+    p.add_argument(
+        "--resume-app",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="a factory whose runs the console may resume (repeatable; as a worker's --app): a run"
+        " naming any other is left to tether resume (a checkpoint names the code that rebuilds it)",
+    )
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
     p.add_argument(
@@ -172,6 +180,18 @@ def trusted_proxies(values: list[str]) -> list[str]:
     return out
 
 
+def _notes(args: argparse.Namespace, *, has_users: bool) -> None:
+    """What the operator is told as the console starts."""
+    if not has_users:
+        print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
+    if not (args.no_resume or args.resume_app or (args.db and "://" in args.db)):
+        # A deployment's workers resume its runs (each serves only its own --app).
+        print(
+            "the console resumes no runs: name their apps with --resume-app MODULE:FUNCTION", file=sys.stderr
+        )
+    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -215,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
             sources = deployment_sources(url=args.db, **stores)
         else:
             approvals_db = Path(args.db) if args.db else out / "approvals.db"
-            sources = sqlite_sources(approvals_db=approvals_db, **stores)
+            sources = sqlite_sources(approvals_db=approvals_db, resume_apps=args.resume_app, **stores)
     except (TetherError, OSError) as err:
         stores["users"].close()
         print(f"tether serve: {err}", file=sys.stderr)
@@ -238,9 +258,7 @@ def run(args: argparse.Namespace) -> int:
         sources.close()  # refused: the stores opened for it are closed (the app's lifespan never runs)
         print(f"tether serve: {err}", file=sys.stderr)
         return 1
-    if not sources.users.has_users():
-        print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
-    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    _notes(args, has_users=sources.users.has_users())
     uvicorn.run(
         app,
         host=args.host,
