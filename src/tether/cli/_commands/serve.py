@@ -41,8 +41,9 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="MODULE:FUNCTION",
-        help="a factory whose runs the console may resume (repeatable; as a worker's --app): a run"
-        " naming any other is left to tether resume (a checkpoint names the code that rebuilds it)",
+        help="a factory whose runs the console may resume (repeatable; as a worker's --app; 'agent-files'"
+        " for runs started from agent files): a run naming any other is left to tether resume (a"
+        " checkpoint names the code that rebuilds it)",
     )
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
@@ -187,9 +188,19 @@ def _notes(args: argparse.Namespace, *, has_users: bool) -> None:
     if not (args.no_resume or args.resume_app or (args.db and "://" in args.db)):
         # A deployment's workers resume its runs (each serves only its own --app).
         print(
-            "the console resumes no runs: name their apps with --resume-app MODULE:FUNCTION", file=sys.stderr
+            "the console resumes no runs: name their apps with --resume-app MODULE:FUNCTION"
+            " (--resume-app agent-files for runs started from agent files)",
+            file=sys.stderr,
         )
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+
+
+def _resume_apps(args: argparse.Namespace) -> list[str]:
+    """``--resume-app`` as factories: ``agent-files`` names the one that rebuilds a run from the
+    agent file it recorded (every such file the store names is then trusted code)."""
+    from tether.agents._build import APP
+
+    return [APP if app == "agent-files" else app for app in args.resume_app]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -235,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             sources = deployment_sources(url=args.db, **stores)
         else:
             approvals_db = Path(args.db) if args.db else out / "approvals.db"
-            sources = sqlite_sources(approvals_db=approvals_db, resume_apps=args.resume_app, **stores)
+            sources = sqlite_sources(approvals_db=approvals_db, resume_apps=_resume_apps(args), **stores)
     except (TetherError, OSError) as err:
         stores["users"].close()
         print(f"tether serve: {err}", file=sys.stderr)
