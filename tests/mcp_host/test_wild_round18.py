@@ -1,6 +1,19 @@
-"""Wild servers, round eighteen.
+"""Wild servers, round eighteen: a Streamable HTTP server with the official SDK that forgets its
+sessions and answers them 400 (``wild18_web.py``), the published reference server of 2025
+(``@modelcontextprotocol/server-everything@2025.5.12``, its README's ``streamableHttp`` mode)
+restarted under a session, and the console's review of a server listing a tool nested too deep.
 
 Found:
+
+* a server answering a session it no longer knows with HTTP 400, as servers written before the
+  spec said 404 do (the TypeScript SDK's examples and the published reference server of 2025:
+  "Bad Request: No valid session ID provided"; Python SDK servers before about v1.10, in plain
+  text), was never renewed: after it restarted every call failed with its words for the rest of
+  the run. Now a 400 to a request carrying the session id is checked with a ``ping`` on the same
+  session: refused too, the session is gone (``SESSION_REFUSED``) and a new one is opened once,
+  as for a 404; a listing or a read is sent again on it, but a call with effects is not (a 400,
+  unlike a 404, does not say the request went unprocessed): it fails saying so, and its next
+  call is served. A 400 the session survives (the ping answered) is the server's answer, as before;
 
 * a tool the host leaves out of a listing (nested past what the transport reads, a definition
   the SDK refuses, one for its app only) was named by ``tether mcp review`` but not on the
@@ -10,20 +23,37 @@ Found:
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from published_installs import once
+from tether.core.stop import StopReason
+from tether.errors import DependencyUnavailable
 from tether.mcp._deep import PARSER_DEPTH
+from tether.mcp._hosting import mcp_sources
+from tether.mcphost._build import build_host
+from tether.mcphost._runner import run_question
+from tether.tools._contract import ToolContext
+from tether.trace._tracer import read_trace
+
+from . import wild18_web
+from .conftest import _serve, approve, script, web_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
 
 HERE = Path(__file__).parent
 WILD6 = HERE / "wild6_server.py"
+W18_TOOLS = ["lookup", "record", "forget", "picky"]
+W18_EFFECTS = {"lookup": "read", "record": "write", "forget": "read", "picky": "read"}
 
 
 @pytest.fixture
@@ -104,3 +134,173 @@ def test_the_console_review_names_a_tool_left_out_for_nesting_too_deep(tmp_path:
     finally:
         client.close()
         sources.close()
+
+
+# -- a server that answers a session it no longer knows with a 400 -------------------------------
+
+
+@pytest.fixture(params=["ts", "py"])
+def forgetful_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``wild18_web``: a forgotten session answered 400 as the TypeScript SDK's examples do (a
+    JSON-RPC body) or as the Python SDK did before about v1.10 (plain text)."""
+    wild18_web.STATE.update(records=0, seen=set(), forgotten=set(), forget=False, probes=0)
+    yield from _serve(wild18_web.build_app(request.param))
+
+
+def _actions(run: Any, server: str = "web") -> list[str]:
+    assert run.result.trace_path is not None
+    events = read_trace(run.result.trace_path)
+    return [e["action"] for e in events if e["kind"] == "mcp_connection" and e.get("server") == server]
+
+
+@pytest.mark.parametrize("recheck", ["each_call", "on_change"])
+async def test_a_session_the_server_answers_400_is_started_again_and_a_read_sent_again(
+    tmp_path: Path, forgetful_url: str, recheck: str
+) -> None:
+    """Before, only a 404 meant "session gone": a server answering its forgotten session 400 had
+    every later call fail with its words ("Bad Request: No valid session ID provided") for the
+    rest of the run. Now the 400, confirmed by a ping on the session answered 400 too, opens a new
+    session, once, and a read is sent again on it (``each_call`` meets the 400 on the listing
+    before the call, ``on_change`` on the call itself)."""
+    server = web_server(
+        "web", forgetful_url, mode="legacy", recheck=recheck, tools=W18_TOOLS, effects=W18_EFFECTS
+    )
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    calls = [("web__lookup", {"key": "a"}), ("web__forget", {}), ("web__lookup", {"key": "b"})]
+    run = await run_question(config, "Q", script(*calls, ("web__lookup", {"key": "c"}), "done"))
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert [r.count("value-of-") for r in run.seen("web__lookup")] == [1, 1, 1]
+    assert "value-of-b" in run.seen("web__lookup")[1] and "value-of-c" in run.seen("web__lookup")[2]
+    assert _actions(run) == ["new_session"]
+
+
+async def test_a_call_with_effects_answered_400_is_not_sent_again_on_the_new_session(
+    tmp_path: Path, forgetful_url: str
+) -> None:
+    """A 400, unlike a 404, does not say the request went unprocessed: a write that meets it opens
+    the new session but is not sent again (the model is told to check before calling again); the
+    next write runs on the new session, once. (Called on the source: a run would pause each write
+    for a person's approval first.)"""
+    server = web_server(
+        "web", forgetful_url, mode="legacy", recheck="on_change", tools=W18_TOOLS, effects=W18_EFFECTS
+    )
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    host = build_host(config)
+    await host.start()
+    try:
+        source = next(s for s in mcp_sources(host) if s.name == "web")
+        specs = {s.name: s for s in host.offered()}
+        ctx = ToolContext("w18", "default", frozenset(), None, "c1")
+        first = await source.call(specs["web__record"], {"note": "a"}, ctx)
+        await source.call(specs["web__forget"], {}, ctx)
+        with pytest.raises(DependencyUnavailable, match="was not sent again") as refused:
+            await source.call(specs["web__record"], {"note": "b"}, ctx)
+        again = await source.call(specs["web__record"], {"note": "c"}, ctx)
+        assert "recorded a (1)" in first.text and "recorded c (2)" in again.text
+        assert "HTTP 400" in str(refused.value) and wild18_web.STATE["records"] == 2
+    finally:
+        await host.aclose()
+
+
+async def test_a_400_the_session_survives_is_the_servers_answer_and_no_new_session(
+    tmp_path: Path, forgetful_url: str
+) -> None:
+    """The server refuses one request with a 400 while the session lives (its ping answered): the
+    call fails with the server's words, as before, no new session is opened, and the next call
+    is served on the same session."""
+    server = web_server(
+        "web", forgetful_url, mode="legacy", recheck="on_change", tools=W18_TOOLS, effects=W18_EFFECTS
+    )
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    run = await run_question(
+        config, "Q", script(("web__picky", {"note": "x"}), ("web__lookup", {"key": "k"}), "done")
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    refused = run.seen("web__picky")[0]
+    assert "value-of" not in refused and "new session" not in refused
+    assert "value-of-k" in run.seen("web__lookup")[0]
+    assert wild18_web.STATE["probes"] >= 1 and _actions(run) == []
+
+
+# -- the published reference server of 2025, restarted under a session ---------------------------
+
+
+@pytest.fixture(scope="module")
+def everything_2025(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``@modelcontextprotocol/server-everything@2025.5.12``, installed once per session."""
+    folder = once(tmp_path_factory, "npm-everything-2025") / "node_modules" / "@modelcontextprotocol"
+    return folder / "server-everything" / "dist" / "index.js"
+
+
+def _listening(entry: Path, port: int) -> subprocess.Popen[str]:
+    """``node dist/index.js streamableHttp`` (its README's ``npx ... streamableHttp``) on ``port``,
+    once it says it listens (on stdout)."""
+    env = {**os.environ, "PORT": str(port)}
+    proc = subprocess.Popen(
+        ["node", str(entry), "streamableHttp"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on port" in line:
+            return proc
+    proc.wait(timeout=10)
+    pytest.fail("the reference server exited before listening")
+
+
+def _stopped(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait(timeout=10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+@pytest.mark.npm
+async def test_the_2025_reference_server_restarted_under_the_session_is_served_on_a_new_one(
+    tmp_path: Path, everything_2025: Path
+) -> None:
+    """The reference server of 2025 restarted (a deploy, a crash) knows no session: it answers
+    the host's next request 400 "Bad Request: No valid session ID provided". Before, every later
+    call failed so, the server never renewed; now a new session is opened and ``echo`` (a read)
+    is sent again on it; ``add`` (left undeclared: side-effecting) meets a fresh restart and
+    is not sent again, saying so, and is served on its next call."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = _listening(everything_2025, port)
+    server = web_server(
+        "ev", f"http://127.0.0.1:{port}/mcp", mode="legacy", recheck="on_change", timeout_s=30
+    )
+    server.update(tools=["echo", "add"], effects={"echo": "read"})
+    config = write_config(tmp_path, [server])
+    host = None
+    try:
+        pinned, _ = await approve(config, "ev")
+        assert pinned == ["add", "echo"]
+        host = build_host(config)
+        await host.start()
+        source = next(s for s in mcp_sources(host) if s.name == "ev")
+        specs = {s.name: s for s in host.offered()}
+        ctx = ToolContext("w18", "default", frozenset(), None, "c1")
+        echo, add = specs["ev__echo"], specs["ev__add"]
+        assert "Echo: one" in (await source.call(echo, {"message": "one"}, ctx)).text
+        _stopped(proc)
+        proc = _listening(everything_2025, port)
+        assert "Echo: two" in (await source.call(echo, {"message": "two"}, ctx)).text
+        _stopped(proc)
+        proc = _listening(everything_2025, port)
+        with pytest.raises(DependencyUnavailable, match="was not sent again"):
+            await source.call(add, {"a": 2, "b": 40}, ctx)
+        assert "42" in (await source.call(add, {"a": 2, "b": 40}, ctx)).text
+        assert source.unavailable is None
+    finally:
+        if host is not None:
+            await host.aclose()
+        _stopped(proc)

@@ -25,6 +25,10 @@ connection):
 * a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
   alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
   host start a new session and send the call again);
+* a 400 to a request carrying the session id is the session gone too (``SESSION_REFUSED``) when a
+  ``ping`` on the same session is answered 400 or 404 as well: servers written before the spec
+  said 404 answer an unknown session 400 (the TypeScript SDK's examples, "Bad Request: No valid
+  session ID provided"); a request the server only found malformed keeps its 400;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -52,7 +56,7 @@ import httpx2
 from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
-from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE
+from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -72,6 +76,8 @@ MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header ever
 # httpcore's and h11's words for a server that closed the connection (its answer never came whole).
 _GONE = re.compile(r"disconnected without sending|peer closed connection")
 _SESSION_404 = "Session not found: the server answered HTTP 404 to the session id"
+_SESSION_400 = "Session not found: the server answered HTTP 400 to the session id, and 400 to a ping on it"
+_PING = json.dumps({"jsonrpc": "2.0", "id": "tether-session-probe", "method": "ping"}).encode()
 _SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
@@ -215,6 +221,10 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         if asked is not None and response.status_code == 404 and "mcp-session-id" in request.headers:
             await response.aclose()  # the session is gone: said as only the host says it
             return _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
+        # A 400 the session's ping gets too: the session is gone (else the 400 is the request's).
+        if asked is not None and response.status_code == 400 and await self._session_unknown(request):
+            await response.aclose()
+            return _replaced(response, _error(asked, SESSION_REFUSED, _SESSION_400))
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -263,6 +273,28 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             "[%s] left a %s unacknowledged for %gs: taken as accepted", self._server, what, ACK_WAIT_S
         )
         return httpx2.Response(202, request=request)
+
+    async def _session_unknown(self, request: httpx2.Request) -> bool:
+        """Whether the server, having answered ``request`` 400, no longer knows its session: a
+        ``ping`` with the same headers (the session id, credentials, cookies) is answered 400 or
+        404 too. Servers before the spec said 404 (Python SDK servers before about v1.10, the
+        TypeScript SDK's examples and servers built on them) answer an unknown session 400, which
+        is also what a server says of a request it finds malformed: only the ping tells them apart
+        (no answer in ``ACK_WAIT_S``, or any other: the session is taken as known)."""
+        if "mcp-session-id" not in request.headers:
+            return False  # (no session to lose)
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+        probe = httpx2.Request(
+            "POST", request.url, headers=headers, content=_PING, extensions=request.extensions
+        )
+        with anyio.move_on_after(ACK_WAIT_S):
+            try:
+                answer = await self._inner.handle_async_request(probe)
+            except httpx2.HTTPError:
+                return False
+            await answer.aclose()  # (its status is all that is read)
+            return answer.status_code in (400, 404)
+        return False
 
     async def _pace(self) -> None:
         """Wait until ``MIN_REOPEN_S`` has passed since the last event stream was opened."""
