@@ -1,7 +1,8 @@
 """Wild servers, round eighteen: a Streamable HTTP server with the official SDK that forgets its
 sessions and answers them 400 (``wild18_web.py``), the published reference server of 2025
 (``@modelcontextprotocol/server-everything@2025.5.12``, its README's ``streamableHttp`` mode)
-restarted under a session, and the console's review of a server listing a tool nested too deep.
+restarted under a session, a stdio server written by hand (``wild18_server.py``) flooding
+notifications, and the console's review of a server listing a tool nested too deep.
 
 Found:
 
@@ -14,7 +15,14 @@ Found:
   as for a 404; a listing or a read is sent again on it, but a call with effects is not (a 400,
   unlike a 404, does not say the request went unprocessed): it fails saying so, and its next
   call is served. A 400 the session survives (the ping answered) is the server's answer, as before;
-
+* a server flooding notifications (20,000 ``notifications/tools/list_changed``, or progress for
+  tokens the host never gave, before each answer; ``wild18_server.py`` over stdio, the official
+  SDK's server over Streamable HTTP) had every one validated by the SDK and dispatched as a task,
+  about half a millisecond of the host's one event loop each: a run of two calls took 27 s
+  against 4 s, every other server's calls and the model's waiting. Now a list-changed notice
+  repeated before the server's next answer is dropped before the SDK, other notifications pass
+  at ``_flood.RATE`` a second (``BURST`` at once), and the person is told once per connection;
+  answers and the server's own requests always pass;
 * a tool the host leaves out of a listing (nested past what the transport reads, a definition
   the SDK refuses, one for its app only) was named by ``tether mcp review`` but not on the
   console's review page, which listed the server's other tools only: the person pinning there
@@ -52,8 +60,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
 
 HERE = Path(__file__).parent
 WILD6 = HERE / "wild6_server.py"
-W18_TOOLS = ["lookup", "record", "forget", "picky"]
-W18_EFFECTS = {"lookup": "read", "record": "write", "forget": "read", "picky": "read"}
+W18_TOOLS = ["lookup", "record", "forget", "picky", "storm"]
+W18_EFFECTS = {"lookup": "read", "record": "write", "forget": "read", "picky": "read", "storm": "read"}
 
 
 @pytest.fixture
@@ -304,3 +312,120 @@ async def test_the_2025_reference_server_restarted_under_the_session_is_served_o
         if host is not None:
             await host.aclose()
         _stopped(proc)
+
+
+# -- a flood of notifications ----------------------------------------------------------------------
+
+
+def w18(name: str = "x", **env: str) -> dict[str, Any]:
+    """``wild18_server.py``, unconfined (launched faster), its ``lookup`` a read."""
+    return {
+        "name": name,
+        "command": [sys.executable, str(HERE / "wild18_server.py")],
+        "env": env,
+        "mode": "legacy",
+        "sandbox": "none",
+        "effects": {"lookup": "read"},
+        "recheck": "on_change",
+        "timeout_s": 120,
+    }
+
+
+@pytest.mark.parametrize("mode", ["storm", "progress"])
+async def test_a_flood_of_notifications_is_held_back_before_the_sdk_and_the_answers_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """20,000 ``tools/list_changed`` (or progress notifications for tokens the host never gave)
+    before each answer: each cost the host about half a millisecond of its one event loop in the
+    SDK (seconds per call, every other server's and the model's work waiting), and every one
+    reached it. Now a repeated notice is dropped before the SDK, the rest held to ``RATE`` a
+    second, the person told once; the answers, and the honest server beside, are served, and a
+    changed listing is still re-checked."""
+    from tether.mcp import _flood
+    from tether.mcp._source import McpServerSource
+
+    monkeypatch.setattr(_flood, "RATE", 0.001)  # (none refilled while the test runs: counts exact)
+    given: list[str] = []
+    original = McpServerSource._on_message
+
+    async def counting(self: McpServerSource, message: Any) -> None:
+        given.append(str(getattr(message, "method", "")))
+        await original(self, message)
+
+    monkeypatch.setattr(McpServerSource, "_on_message", counting)
+    config = write_config(tmp_path, [w18("x", W18_MODE=mode, W18_COUNT="20000"), w18("ok")])
+    for name in ("x", "ok"):
+        await approve(config, name)
+    calls = [("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), ("x__lookup", {"key": "c"})]
+    run = await run_question(config, "Q", script(*calls, "done"))
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert ["value-of-a" in r for r in run.seen("x__lookup")] == [True, False]
+    assert "value-of-c" in run.seen("x__lookup")[1] and "value-of-b" in run.seen("ok__lookup")[0]
+    if mode == "storm":
+        assert given.count("notifications/tools/list_changed") <= 4  # one before each answer at most
+    else:
+        assert given.count("notifications/progress") == _flood.BURST
+    assert run.result.trace_path is not None
+    events = read_trace(run.result.trace_path)
+    dropped = [
+        e for e in events if e["kind"] == "mcp_connection" and e.get("action") == "notifications_dropped"
+    ]
+    assert [e["server"] for e in dropped] == ["x"]
+
+
+async def test_a_flood_of_notifications_over_streamable_http_is_held_back_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forgetful_url: str
+) -> None:
+    """The same over Streamable HTTP (the official SDK's server, its notifications events of the
+    call's stream): 5,000 list-changed notices and 5,000 progress notifications reached the SDK;
+    now a few do, the call's answer and the next call are served, the person told once."""
+    from tether.mcp import _flood
+    from tether.mcp._source import McpServerSource
+
+    monkeypatch.setattr(_flood, "RATE", 0.001)  # (none refilled while the test runs: counts exact)
+    given: list[str] = []
+    original = McpServerSource._on_message
+
+    async def counting(self: McpServerSource, message: Any) -> None:
+        given.append(str(getattr(message, "method", "")))
+        await original(self, message)
+
+    monkeypatch.setattr(McpServerSource, "_on_message", counting)
+    server = web_server(
+        "web", forgetful_url, mode="legacy", recheck="on_change", tools=W18_TOOLS, effects=W18_EFFECTS
+    )
+    server["timeout_s"] = 120
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    steps = script(("web__storm", {"count": 5000}), ("web__lookup", {"key": "k"}), "done")
+    run = await run_question(config, "Q", steps)
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert "stormed 5000" in run.seen("web__storm")[0] and "IGNORE" not in run.seen("web__storm")[0]
+    assert "value-of-k" in run.seen("web__lookup")[0]
+    assert given.count("notifications/tools/list_changed") <= 2
+    assert given.count("notifications/progress") == _flood.BURST
+    assert run.result.trace_path is not None
+    events = read_trace(run.result.trace_path)
+    progress = [e for e in events if e["kind"] == "mcp_progress"]
+    assert progress and len(progress) < 1000  # (traced at the host's own bounded rate, as before)
+    assert [e["action"] for e in events if e["kind"] == "mcp_connection"] == ["notifications_dropped"]
+
+
+async def test_requests_the_host_never_advertised_and_links_outside_its_roots_are_refused_and_served(
+    tmp_path: Path,
+) -> None:
+    """Held (no change): a server asking for a sample and an answer to a question the host never
+    advertised gets errors at once (its call is served, nothing waits); a resource link to
+    ``file:///etc/shadow`` is named, never fetched."""
+    config = write_config(tmp_path, [w18("x", W18_MODE="unasked"), w18("y", W18_MODE="link")])
+    for name in ("x", "y"):
+        await approve(config, name)
+    run = await run_question(
+        config, "Q", script(("x__lookup", {"key": "a"}), ("y__lookup", {"key": "b"}), "done")
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    unasked = run.seen("x__lookup")[0]
+    assert "value-of-a" in unasked and '"Sampling not supported"' in unasked and "elicitation={" in unasked
+    linked = run.seen("y__lookup")[0]
+    assert "value-of-b" in linked and "resource_link not fetched: file:///etc/shadow" in linked
+    assert "root:" not in linked  # (no line of the host's shadow file)

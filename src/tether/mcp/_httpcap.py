@@ -46,7 +46,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -57,6 +57,7 @@ from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
 from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE, SESSION_REFUSED
+from tether.mcp._flood import NotificationGate
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -162,14 +163,14 @@ def _decoded(response: httpx2.Response) -> tuple[httpx2.Response, str | None]:
 
 
 class _Events(httpx2.AsyncByteStream):
-    """An event stream, a message of too many objects and arrays refused and a tool nested too
-    deep cut (``cut_events``)."""
+    """An event stream, a message of too many objects and arrays refused, a tool nested too
+    deep cut and a flood of notifications held back (``cut_events``)."""
 
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
-        self._stream, self._limit = stream, limit
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int, gate: NotificationGate) -> None:
+        self._stream, self._limit, self._gate = stream, limit, gate
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in cut_events(self._stream, self._limit):
+        async for chunk in cut_events(self._stream, self._limit, self._gate):
             yield chunk
 
     async def aclose(self) -> None:
@@ -190,8 +191,9 @@ class _Failing(httpx2.AsyncByteStream):
 class CappedTransport(httpx2.AsyncBaseTransport):
     """httpx's own transport, each answer held to what the host takes (module docstring)."""
 
-    def __init__(self, limit: int, server: str = "") -> None:
+    def __init__(self, limit: int, server: str = "", on_flood: Callable[[str], None] | None = None) -> None:
         self._inner, self._limit, self._server = httpx2.AsyncHTTPTransport(), limit, server
+        self._gate = NotificationGate(on_flood)  # (the connection's every event stream)
         self._last_get: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -231,7 +233,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         content_type = response.headers.get("content-type", "").lower()
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
             assert isinstance(response.stream, httpx2.AsyncByteStream)
-            return _replaced(response, _Events(response.stream, self._limit))
+            return _replaced(response, _Events(response.stream, self._limit, self._gate))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         stream = _Capped(response.stream, self._limit)
         ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
@@ -251,6 +253,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(response, _error(asked, -32603, wrong))
         if (over := counted(body)) is not None:
             return _replaced(response, _error(asked, -32603, over[0]))
+        self._gate.admit(None, False)  # (an answer: a list-changed notice after it is new)
         if b'"tools"' in body and (cut := cut_deep_tools(body)) is not None:
             body = cut  # a listing the SDK would refuse whole for one tool nested too deep
         return _replaced(response, httpx2.ByteStream(body))
