@@ -23,6 +23,11 @@ Found:
   repeated before the server's next answer is dropped before the SDK, other notifications pass
   at ``_flood.RATE`` a second (``BURST`` at once), and the person is told once per connection;
   answers and the server's own requests always pass;
+* a confined server that failed to start by an error of its own program (the published
+  ``mcp-server-sqlite`` installed today gets the MCP SDK 2.x and exits with ``AttributeError:
+  'Server' object has no attribute 'list_resources'``) was said to have maybe failed for the
+  sandbox ("list what it needs in sandbox_read / sandbox_write"); now the hint names its own
+  error, which no sandbox causes, and a permission or network failure keeps its advice;
 * a tool the host leaves out of a listing (nested past what the transport reads, a definition
   the SDK refuses, one for its app only) was named by ``tether mcp review`` but not on the
   console's review page, which listed the server's other tools only: the person pinning there
@@ -429,3 +434,34 @@ async def test_requests_the_host_never_advertised_and_links_outside_its_roots_ar
     linked = run.seen("y__lookup")[0]
     assert "value-of-b" in linked and "resource_link not fetched: file:///etc/shadow" in linked
     assert "root:" not in linked  # (no line of the host's shadow file)
+
+
+# -- a published server broken by its own dependencies -----------------------------------------------
+
+
+def test_a_server_failing_by_its_own_programs_error_is_not_blamed_on_the_sandbox() -> None:
+    """``mcp-server-sqlite`` (PyPI, its README's ``uvx mcp-server-sqlite --db-path ...``) installed
+    today gets the MCP SDK 2.x, whose ``Server`` has no ``list_resources``: it exits with an
+    ``AttributeError``. Confined, the host said "the sandbox may be the cause: list what it needs
+    in sandbox_read / sandbox_write", sending the person after settings; now it names the
+    server's own error. A confined server's permission or network failure keeps its advice."""
+    from tether.mcp._sandbox import Confinement, SandboxPlan, failure_hint
+
+    plan = SandboxPlan("auto", ["bwrap"], confinement=Confinement("python", (), (), "none"))
+    tail = [
+        '  File "/opt/env/lib/python3.11/site-packages/mcp_server_sqlite/server.py", line 173, in main',
+        "    @server.list_resources()",
+        "     ^^^^^^^^^^^^^^^^^^^^^",
+        "AttributeError: 'Server' object has no attribute 'list_resources'",
+    ]
+    hint = failure_hint(plan, tail)
+    assert hint is not None and "may be the cause" not in hint
+    assert "AttributeError: 'Server' object has no attribute 'list_resources'" in hint
+    assert "no sandbox causes" in hint
+    for last, advice in (
+        ("PermissionError: [Errno 13] Permission denied: '/data/x.db'", "sandbox_write"),
+        ("ModuleNotFoundError: No module named 'mcp_server_sqlite'", "sandbox_read"),
+        ("TypeError: fetch failed: getaddrinfo ENOTFOUND api.example.com", "host:port"),
+    ):
+        hint = failure_hint(plan, [last])
+        assert hint is not None and "may be the cause" in hint and advice in hint, last
