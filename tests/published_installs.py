@@ -164,6 +164,9 @@ BUILDERS: dict[str, Callable[[Path], str | None]] = {
     "npm-everything": _npm_install([EVERYTHING]),
     # An MCP Apps server (wild round 17), pinned to the release its test was written against.
     "npm-monitor": _npm_install([f"{SCOPE}/server-system-monitor@2.0.3"]),
+    # A 2025 release (wild round 18): its Streamable HTTP mode answers a session it does not know
+    # with a 400 (the TypeScript SDK examples' "No valid session ID provided"), not the spec's 404.
+    "npm-everything-2025": _npm_install([f"{EVERYTHING}@2025.5.12"]),
     "pypi": _pip_install,
     "npx-filesystem": _launcher_cached(
         ["npx", "-y", f"{SCOPE}/server-filesystem", "{folder}"], f"{SCOPE}/server-filesystem"
@@ -176,11 +179,12 @@ BUILDERS: dict[str, Callable[[Path], str | None]] = {
     "uvx-fetch": _launcher_cached(["uvx", "mcp-server-fetch", "--help"], "mcp-server-fetch"),
 }
 # The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py,
-# test_sandbox_launchers.py and test_wild_round17.py).
+# test_sandbox_launchers.py, test_wild_round17.py and test_wild_round18.py).
 FIXTURES = {
     "npm_servers": "npm",
     "everything": "npm-everything",
     "monitor": "npm-monitor",
+    "everything_2025": "npm-everything-2025",
     "pypi_servers": "pypi",
     "npx_cached": "npx-filesystem",
     "npx_installed": "npx-everything",

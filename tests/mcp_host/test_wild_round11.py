@@ -385,9 +385,11 @@ async def test_log_lines_the_sdk_writes_for_a_servers_refused_messages_are_one_l
     the honest server are served."""
     import logging
 
-    from tether.mcp import _connection
+    from tether.mcp import _connection, _flood
 
     held: dict[str, int] = {}
+    # Every one given to the SDK (round 18's gate would drop those past its burst before it).
+    monkeypatch.setattr(_flood, "BURST", 2 * NOTES)
     monkeypatch.setattr(_connection, "_SDK_PACE", {})  # this test's server alone
     monkeypatch.setattr(_connection, "_SDK_HELD", held)
     caplog.set_level(logging.INFO)

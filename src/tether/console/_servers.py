@@ -114,7 +114,17 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
         launch["url"] = shown_launch(url=str(launch["url"]))
     if launch.get("command"):
         launch["command"] = shown_launch(shlex.split(str(launch["command"])))
-    return {"server": name, "launch": launch, "digest": result.digest, "tools": tools}
+    # Listed but never offered (a definition the SDK refuses, nested past what the transport reads,
+    # too large, for the server's app only): named with why, as ``tether mcp review`` names them.
+    left_out = [{"tool": tool, "why": why} for tool, why in result.invalid.items()]
+    return {
+        "server": name,
+        "launch": launch,
+        "digest": result.digest,
+        "tools": tools,
+        "left_out": left_out,
+        "warnings": list(result.warnings),
+    }
 
 
 async def pin(

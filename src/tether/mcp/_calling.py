@@ -16,7 +16,15 @@ from tether.core.ratelimit import TokenBucket
 from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
-from tether.mcp._failures import Unavailable, classify, is_modern, leaf, session_gone, transport_failure
+from tether.mcp._failures import (
+    Unavailable,
+    classify,
+    is_modern,
+    leaf,
+    session_gone,
+    session_refused,
+    transport_failure,
+)
 from tether.mcp._results import checked_output, convert_result, invalid_output
 from tether.mcp._sandbox import write_hint
 from tether.mcp._tasks import Parked, run_task, task_required
@@ -87,16 +95,25 @@ async def guarded(
         raise _lost(source, conns[-1], err, phase, what) from None
 
 
-async def renewing(source: McpServerSource, conns: list[Connection], fn: Callable[[Any], Awaitable[T]]) -> T:
+async def renewing(
+    source: McpServerSource,
+    conns: list[Connection],
+    fn: Callable[[Any], Awaitable[T]],
+    unsent: str | None = None,
+) -> T:
     """``fn(client)`` on the last of ``conns``. An HTTP server's 404 to the session id means it no
     longer knows the session and did not process the request: a new session (a new connection,
-    listed and checked again) is appended and the request sent again, once per call."""
+    listed and checked again) is appended and the request sent again, once per call. A 400 the
+    server's session refused too (``session_refused``) opens the new session the same way, but
+    does not say the request went unprocessed: ``unsent`` (a call with effects, named) is then
+    not sent again, and fails saying so; anything else (a listing, a read) is."""
     try:
         return await conns[-1].run(fn)
     except Exception as err:
         if source.url is None or len(conns) > 1 or not session_gone(err):
             raise
         why = describe_error(err)
+        refused = session_refused(err)
     if source._conn is conns[-1]:  # (else another call on it has begun the new session)
         source.emit(EventKind.MCP_CONNECTION, server=source.name, action="new_session", cause=why)
         for old in source._retired:
@@ -107,6 +124,13 @@ async def renewing(source: McpServerSource, conns: list[Connection], fn: Callabl
     if source.unavailable is not None:
         raise Unavailable(source.unavailable, quarantined=True)
     conns.append(await source._connect())
+    if refused and unsent is not None:
+        raise Unavailable(
+            f"MCP server {source.name} answered HTTP 400 to {unsent}: it no longer knows the session "
+            f"(a new one is open), and a 400 does not say whether {unsent} ran, so it was not sent "
+            "again: check whether it took effect before calling it again",
+            cause="session_lost",
+        )
     return await conns[-1].run(fn)
 
 
@@ -251,8 +275,9 @@ async def _send(
             read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
         )
 
+    once = spec.effect.side_effecting and not spec.idempotent  # (not sent twice on a doubt)
     try:
-        return await renewing(source, conns, send)
+        return await renewing(source, conns, send, spec.name if once else None)
     except Exception as err:
         # -32042: the person must open a URL first (a URL elicitation); accepted, the call is resent.
         if not await _url_flow(source, err, info):

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
+from tether.mcp._flood import NotificationGate
 
 __all__ = ["CUT", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
 
@@ -53,11 +54,14 @@ def cut_deep_tools(raw: bytes) -> bytes | None:
     return json.dumps(message).encode("utf-8") if cut else None
 
 
-async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
+async def cut_events(
+    chunks: AsyncIterable[bytes], limit: int, gate: NotificationGate | None = None
+) -> AsyncIterator[bytes]:
     """An event stream (an answer's, or the session's own), passed on event by event, an event
     whose data is a listing with a tool nested too deep rewritten (``cut_deep_tools``), one of
     more objects and arrays than the SDK is given replaced (``_cut_event``); what grows past
-    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself). What
+    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself); a
+    notification ``gate`` drops is not passed on at all (``_flood``). What
     waits grows in place: joined by copying it whole at each chunk, an event of megabytes in small
     chunks took the event loop seconds."""
     pending, searched = bytearray(), 0
@@ -65,8 +69,11 @@ async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[
         pending += chunk
         start = 0  # where the next event begins (the events before it are dropped once, below)
         while (end := _BLANK.search(pending, max(start, searched - 3))) is not None:
-            yield _cut_event(bytes(pending[start : end.end()]))
+            event = bytes(pending[start : end.end()])
             start = searched = end.end()
+            told = _data(event) if b'"notifications/' in event else event  # (else only searched)
+            if gate is None or gate.admit_json(told):
+                yield _cut_event(event)
         del pending[:start]
         searched = len(pending)
         if len(pending) > limit:
@@ -85,7 +92,7 @@ def _cut_event(raw: bytes) -> bytes:
     if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
     lines = _LINE.split(raw)
-    data = b"\n".join(line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:"))
+    data = _data(raw)
     other = [line for line in lines if line and not line.startswith(b"data:")]
     if (over := counted(data)) is not None:
         if (error := refusal(over[1], over[0])) is None:
@@ -94,6 +101,12 @@ def _cut_event(raw: bytes) -> bytes:
     if b'"tools"' not in data or (cut := cut_deep_tools(data)) is None:
         return raw
     return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
+
+
+def _data(raw: bytes) -> bytes:
+    """An event's data (its ``data`` lines joined), as the SDK reads it."""
+    lines = _LINE.split(raw)
+    return b"\n".join(line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:"))
 
 
 def _retry(raw: bytes) -> bytes:

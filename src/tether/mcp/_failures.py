@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTH_REFUSED",
     "SESSION_GONE",
+    "SESSION_REFUSED",
     "Unavailable",
     "classify",
     "closed_underneath",
@@ -27,6 +28,7 @@ __all__ = [
     "is_modern",
     "leaf",
     "session_gone",
+    "session_refused",
     "transport_failure",
 ]
 
@@ -48,6 +50,10 @@ AUTH_REFUSED = -31401
 # knows the session. Only the status says so: a server's own words about a session of its own
 # making ("login session expired", "browser session not found") are its answer to the call.
 SESSION_GONE = -31404
+# What an HTTP 400 to a request carrying the session id becomes when a ping on that session is
+# refused too (``_httpcap``): a server written before the spec said 404 no longer knows the session.
+# Unlike a 404, a 400 does not say the request went unprocessed.
+SESSION_REFUSED = -31400
 
 
 class Unavailable(DependencyUnavailable):
@@ -88,9 +94,19 @@ def transport_failure(err: BaseException) -> bool:
 
 
 def session_gone(err: BaseException | None) -> bool:
-    """Whether an HTTP server no longer knows the session (its 404 to the session id)."""
+    """Whether an HTTP server no longer knows the session (its 404 to the session id, or a 400
+    its ping confirmed: ``session_refused``)."""
     inner = leaf(err)
-    return type(inner).__name__ == "MCPError" and getattr(inner, "code", None) == SESSION_GONE
+    return type(inner).__name__ == "MCPError" and getattr(inner, "code", None) in (
+        SESSION_GONE,
+        SESSION_REFUSED,
+    )
+
+
+def session_refused(err: BaseException | None) -> bool:
+    """Whether the session is gone by a 400 (``SESSION_REFUSED``): the request may have been run."""
+    inner = leaf(err)
+    return type(inner).__name__ == "MCPError" and getattr(inner, "code", None) == SESSION_REFUSED
 
 
 def classify(server: str, err: BaseException) -> ToolError:

@@ -25,6 +25,10 @@ connection):
 * a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
   alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
   host start a new session and send the call again);
+* a 400 to a request carrying the session id is the session gone too (``SESSION_REFUSED``) when a
+  ``ping`` on the same session is answered 400 or 404 as well: servers written before the spec
+  said 404 answer an unknown session 400 (the TypeScript SDK's examples, "Bad Request: No valid
+  session ID provided"); a request the server only found malformed keeps its 400;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -42,7 +46,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -52,7 +56,8 @@ import httpx2
 from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
-from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE
+from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE, SESSION_REFUSED
+from tether.mcp._flood import NotificationGate
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -72,6 +77,8 @@ MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header ever
 # httpcore's and h11's words for a server that closed the connection (its answer never came whole).
 _GONE = re.compile(r"disconnected without sending|peer closed connection")
 _SESSION_404 = "Session not found: the server answered HTTP 404 to the session id"
+_SESSION_400 = "Session not found: the server answered HTTP 400 to the session id, and 400 to a ping on it"
+_PING = json.dumps({"jsonrpc": "2.0", "id": "tether-session-probe", "method": "ping"}).encode()
 _SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
@@ -156,14 +163,14 @@ def _decoded(response: httpx2.Response) -> tuple[httpx2.Response, str | None]:
 
 
 class _Events(httpx2.AsyncByteStream):
-    """An event stream, a message of too many objects and arrays refused and a tool nested too
-    deep cut (``cut_events``)."""
+    """An event stream, a message of too many objects and arrays refused, a tool nested too
+    deep cut and a flood of notifications held back (``cut_events``)."""
 
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
-        self._stream, self._limit = stream, limit
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int, gate: NotificationGate) -> None:
+        self._stream, self._limit, self._gate = stream, limit, gate
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in cut_events(self._stream, self._limit):
+        async for chunk in cut_events(self._stream, self._limit, self._gate):
             yield chunk
 
     async def aclose(self) -> None:
@@ -184,8 +191,9 @@ class _Failing(httpx2.AsyncByteStream):
 class CappedTransport(httpx2.AsyncBaseTransport):
     """httpx's own transport, each answer held to what the host takes (module docstring)."""
 
-    def __init__(self, limit: int, server: str = "") -> None:
+    def __init__(self, limit: int, server: str = "", on_flood: Callable[[str], None] | None = None) -> None:
         self._inner, self._limit, self._server = httpx2.AsyncHTTPTransport(), limit, server
+        self._gate = NotificationGate(on_flood)  # (the connection's every event stream)
         self._last_get: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -215,13 +223,17 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         if asked is not None and response.status_code == 404 and "mcp-session-id" in request.headers:
             await response.aclose()  # the session is gone: said as only the host says it
             return _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
+        # A 400 the session's ping gets too: the session is gone (else the 400 is the request's).
+        if asked is not None and response.status_code == 400 and await self._session_unknown(request):
+            await response.aclose()
+            return _replaced(response, _error(asked, SESSION_REFUSED, _SESSION_400))
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
             assert isinstance(response.stream, httpx2.AsyncByteStream)
-            return _replaced(response, _Events(response.stream, self._limit))
+            return _replaced(response, _Events(response.stream, self._limit, self._gate))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         stream = _Capped(response.stream, self._limit)
         ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
@@ -241,6 +253,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(response, _error(asked, -32603, wrong))
         if (over := counted(body)) is not None:
             return _replaced(response, _error(asked, -32603, over[0]))
+        self._gate.admit(None, False)  # (an answer: a list-changed notice after it is new)
         if b'"tools"' in body and (cut := cut_deep_tools(body)) is not None:
             body = cut  # a listing the SDK would refuse whole for one tool nested too deep
         return _replaced(response, httpx2.ByteStream(body))
@@ -263,6 +276,28 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             "[%s] left a %s unacknowledged for %gs: taken as accepted", self._server, what, ACK_WAIT_S
         )
         return httpx2.Response(202, request=request)
+
+    async def _session_unknown(self, request: httpx2.Request) -> bool:
+        """Whether the server, having answered ``request`` 400, no longer knows its session: a
+        ``ping`` with the same headers (the session id, credentials, cookies) is answered 400 or
+        404 too. Servers before the spec said 404 (Python SDK servers before about v1.10, the
+        TypeScript SDK's examples and servers built on them) answer an unknown session 400, which
+        is also what a server says of a request it finds malformed: only the ping tells them apart
+        (no answer in ``ACK_WAIT_S``, or any other: the session is taken as known)."""
+        if "mcp-session-id" not in request.headers:
+            return False  # (no session to lose)
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+        probe = httpx2.Request(
+            "POST", request.url, headers=headers, content=_PING, extensions=request.extensions
+        )
+        with anyio.move_on_after(ACK_WAIT_S):
+            try:
+                answer = await self._inner.handle_async_request(probe)
+            except httpx2.HTTPError:
+                return False
+            await answer.aclose()  # (its status is all that is read)
+            return answer.status_code in (400, 404)
+        return False
 
     async def _pace(self) -> None:
         """Wait until ``MIN_REOPEN_S`` has passed since the last event stream was opened."""

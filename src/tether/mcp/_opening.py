@@ -157,7 +157,16 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
     if source.stderr is not None:
         source.stderr.spawned()
     source._process = process
-    return await stack.enter_async_context(opened(process, max_message(source)))
+    return await stack.enter_async_context(opened(process, max_message(source), flooding(source)))
+
+
+def flooding(source: McpServerSource) -> Callable[[str], None]:
+    """What a connection's ``NotificationGate`` tells once its server's notifications are dropped."""
+
+    def tell(shown: str) -> None:
+        source.warn(EventKind.MCP_CONNECTION, shown, action="notifications_dropped", why=shown)
+
+    return tell
 
 
 def max_message(source: McpServerSource) -> int:
@@ -242,7 +251,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         trust_env=False,
         cookies=cookie_jar(),
         event_hooks={"response": [answered]},
-        transport=CappedTransport(limit := max_message(source), source.name),
+        transport=CappedTransport(limit := max_message(source), source.name, flooding(source)),
     )
     # The transport does not close a client it was given: the stack does, after the session.
     await stack.enter_async_context(http)

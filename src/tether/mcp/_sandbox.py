@@ -398,6 +398,14 @@ _CAUSES = (
 )
 
 
+# The last words of a server that failed by an error of its own program, which no confinement
+# causes (Python's and Node's): an attribute or a name its code expects and its dependencies lack.
+_OWN_ERROR = re.compile(
+    r"(?:AttributeError|TypeError|NameError|SyntaxError|IndentationError|ReferenceError"
+    r"|ImportError: cannot import name)\b.*"
+)
+
+
 _NETWORK_ADVICE = (
     "it has no network here: list the host:port it needs in network (network: any gives it the host's)",
     "its network goes through an HTTP proxy (HTTP_PROXY / HTTPS_PROXY; a client that ignores them has "
@@ -425,10 +433,22 @@ def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> s
         )
     if plan.confinement.withheld:  # likelier than any setting: a folder it needs holds the host's files
         change = f"it was not shown {plan.confinement.withheld[0]}"
+    elif not found and not plan.unshown and (own := _own_error(stderr_tail)) is not None:
+        return (
+            f"it failed by an error of its own program ({own}), which no sandbox causes: check the "
+            "server's version against what it was installed with (its dependencies' versions)"
+        )
     return (
         f"the server ran confined ({plan.confinement.profile} launcher, sandbox: {plan.mode}); the sandbox "
         f"may be the cause: {change} (sandbox: none runs it unconfined, to check)"
     )
+
+
+def _own_error(stderr_tail: Sequence[str]) -> str | None:
+    """The server's last words when they are an error of its own program (``_OWN_ERROR``)."""
+    last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
+    found = _OWN_ERROR.match(last)
+    return found.group(0)[:200] if found else None
 
 
 def _unshown(args: Sequence[str], launch: Launch, visible: Sequence[Path]) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
-Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
+Newline-delimited JSON-RPC as the SDK's own, except: a flood of notifications is held back
+(``_flood``), an over-long line is discarded as it streams
 and answered as an error (as is non-JSON-RPC, and a line of more objects and arrays than the
 SDK is given, ``_bulk``), a line may start with a UTF-8 byte order mark or
 hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
@@ -13,7 +14,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import IO, Any
 
@@ -21,6 +22,7 @@ import anyio
 import anyio.abc
 
 from tether.mcp._bulk import counted, refusal
+from tether.mcp._flood import NotificationGate
 
 __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
@@ -164,8 +166,19 @@ def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"") ->
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
+def _admitted(gate: NotificationGate, item: Any) -> bool:
+    """Whether ``item`` (a parsed message, or an error) is given to the SDK (``_flood``)."""
+    message = getattr(item, "message", None)
+    if message is None:
+        return True
+    notification = not hasattr(message, "id")
+    return gate.admit(getattr(message, "method", None), notification)
+
+
 @asynccontextmanager
-async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIterator[Any]:
+async def _transport(
+    process: anyio.abc.Process, max_line_bytes: int, gate: NotificationGate
+) -> AsyncIterator[Any]:
     """The SDK transport streams (read, write) over an already running process."""
     assert process.stdin is not None and process.stdout is not None
     read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
@@ -202,7 +215,8 @@ async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIt
                             if not line:
                                 continue
                             for item in _messages(line):
-                                await read_writer.send(item)
+                                if _admitted(gate, item):
+                                    await read_writer.send(item)
                             continue
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
@@ -258,7 +272,10 @@ async def stop(process: anyio.abc.Process) -> None:
 
 
 @asynccontextmanager
-async def opened(process: anyio.abc.Process, max_line: int) -> AsyncIterator[Any]:
-    """The transport over a running process, as the context manager the SDK's ``Client`` enters."""
-    async with _transport(process, max_line) as streams:
+async def opened(
+    process: anyio.abc.Process, max_line: int, on_flood: Callable[[str], None] | None = None
+) -> AsyncIterator[Any]:
+    """The transport over a running process, as the context manager the SDK's ``Client`` enters
+    (``on_flood``: told once when the server's notifications begin to be dropped, ``_flood``)."""
+    async with _transport(process, max_line, NotificationGate(on_flood)) as streams:
         yield nullcontext(streams)
