@@ -16,8 +16,15 @@ What did not hold, each fixed here and pinned below:
   column renamed, a meaning changed) was opened by a worker or command of this release as if
   nothing had changed (reads and writes on a schema it does not know). A later release marks
   such a migration (its name ends ``!``); a release that does not know it now refuses the store
-  (``schema_too_new``, exit 1, the migration named) before it reads or writes a row. An unmarked
-  migration it does not know (a column added: expand-only) is still worked beside.
+  (``schema_too_new``, exit 1, the migration named) before it reads or writes a row, and a
+  worker of this release already running on PostgreSQL sees it at its next heartbeat, drains and
+  exits 1. An unmarked migration it does not know (a column added: expand-only) is still worked
+  beside.
+- a durable resume refused because another live process held the run's resume claim
+  (``run_busy``: a console or ``tether resume`` resuming it, a stalled worker) ran nothing and
+  waited for an operator's ``tether runs move``. It now waits for the holder (``resume_waiting``
+  logged once) and runs once the holder let go or is gone (killed, its lease run out), from the
+  checkpoint the holder left: once, no second workflow, no duplicate effect.
 """
 
 from __future__ import annotations
@@ -142,7 +149,7 @@ sys.stdin.read()
 def _logged(op: Operator, name: str, event: str, run_id: str) -> list[dict[str, Any]]:
     lines = (op.folder / f"{name}.log").read_text().splitlines()
     found = (json.loads(x) for x in lines if x.startswith("{"))
-    return [e for e in found if e["event"] == event and e.get("run_id") == run_id]
+    return [e for e in found if e["event"] == event and e.get("run_id", "") == run_id]
 
 
 def test_a_resume_refused_while_another_process_holds_the_run_runs_once_that_one_is_gone(
@@ -217,9 +224,10 @@ def test_a_store_a_later_release_migrated_past_this_one_is_refused_before_a_row_
     kind: str, tmp_path: Path, capsys: Any, request: pytest.FixtureRequest
 ) -> None:
     """A later release's expand-only migration is worked beside (``db init``, a worker, a run
-    paused); once one marked breaking is applied, a worker of this release does not start
-    (``schema_too_new``, the migration named), and ``db init`` and ``approvals list`` refuse the
-    same way: nothing is read or written, the journal stays as the later release left it."""
+    paused); once one marked breaking is applied, a running worker of this release stops at its
+    next heartbeat (PostgreSQL: ``schema_too_new`` logged, drained, exit 1), one started does not
+    start (``schema_too_new``, the migration named), and ``db init`` and ``approvals list`` refuse
+    the same way: nothing is read or written, the journal stays as the later release left it."""
     (tmp_path / "agent").mkdir()
     _write_version(tmp_path / "agent", "A")
     sqlite_folder = tmp_path / "deployment" if kind == "sqlite" else None
@@ -232,8 +240,13 @@ def test_a_store_a_later_release_migrated_past_this_one_is_refused_before_a_row_
         op.start("w1")
         run_id = op.submit()
         op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
-        assert op.signal("w1", signal.SIGTERM) == 0
         journal = _mark(op, sqlite_folder, BREAKING)
+        if sqlite_folder is None:  # the running worker sees it at its next heartbeat and stops
+            proc = op.procs.pop("w1")
+            assert proc.wait(120) == 1
+            assert _logged(op, "w1", "schema_too_new", "")[0]["migrations"] == [BREAKING]
+        else:  # no heartbeat on SQLite: the operator stops it
+            assert op.signal("w1", signal.SIGTERM) == 0
         refused = _start_refused(op)
         assert (refused["error"], refused["exit"]) == ("schema_too_new", 1), refused
         assert BREAKING in refused["message"], refused

@@ -20,7 +20,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -479,12 +479,18 @@ class _Lost(Exception):
     """The connection died before the commit: nothing was written, the operation may run again."""
 
 
+def later_breaking(applied: Iterable[str], concern: str | None = None) -> list[str]:
+    """The migrations in ``applied`` (of ``concern``; ``None``: of any) that a later release
+    applied and marked ``BREAKING_MARK``, which this release does not know: this release must not
+    read or write those stores."""
+    known = {name for steps in MIGRATIONS.values() for name, _ in steps}
+    prefix = f"{concern}." if concern is not None else ""
+    return sorted(n for n in applied if n.startswith(prefix) and n.endswith(BREAKING_MARK) and n not in known)
+
+
 def _too_new(key: str, concern: str, steps: tuple[Migration, ...], applied: set[str]) -> None:
     """Refuse a store a later release migrated past what this release can work beside."""
-    known = {name for name, _ in steps} | {name for name, _ in MIGRATIONS.get(concern, ())}
-    later = sorted(
-        n for n in applied if n.startswith(f"{concern}.") and n.endswith(BREAKING_MARK) and n not in known
-    )
+    later = [n for n in later_breaking(applied, concern) if n not in {name for name, _ in steps}]
     if later:
         raise SchemaTooNew(
             f"{key}: the {concern} store was migrated by a later release ({', '.join(later)}), in a"

@@ -143,17 +143,21 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         # Woken twice a second: a signal the kernel gives one of the worker's other threads only
         # flags it for the main thread, which an untimed wait would never notice (the worker
         # ignored SIGTERM for good).
-        while not stop.wait(0.5):
+        while not stop.wait(0.5) and not worker.outdated.is_set():
             pass
     finally:
         worker.stop()
         if meters is not None:
             meters.shutdown()
-    _exit_past_stuck_threads()  # from here the ordinary exit has a few seconds
+    outdated = worker.outdated.is_set()
+    _exit_past_stuck_threads(code=1 if outdated else 0)  # from here the ordinary exit has a few seconds
+    if outdated:
+        why = "a later release migrated the deployment past this one (schema_too_new): run its workers"
+        return fail("tether worker", why, as_json=as_json, error="schema_too_new")
     return 0
 
 
-def _exit_past_stuck_threads(wait_s: float = 5.0) -> None:
+def _exit_past_stuck_threads(wait_s: float = 5.0, *, code: int = 0) -> None:
     """After the drain, the process ends even where a thread it does not own will not: Python's
     exit waits on non-daemon threads and on executor pools (a DNS lookup or blocking call handed
     to the loop's executor, a step cut past its grace) for as long as they run. A watchdog gives
@@ -169,7 +173,7 @@ def _exit_past_stuck_threads(wait_s: float = 5.0) -> None:
         log_event("worker_exit_forced", threads=[name for name in left if name != "MainThread"])
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
 
     watchdog = threading.Timer(wait_s, force)
     watchdog.daemon = True  # never itself a reason to stay
