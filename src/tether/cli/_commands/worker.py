@@ -136,6 +136,8 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         why = f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}"
         print(why, file=sys.stderr)
         meters = None
+    # Set by the worker once a later release migrated the deployment past this one: it stops.
+    outdated: threading.Event = getattr(worker, "outdated", None) or threading.Event()
     ready = {"worker": worker.executor_id, "apps": list(config.apps), "concurrency": config.concurrency}
     ready["ready"] = True
     emit_json(ready, exit=0)
@@ -143,15 +145,14 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         # Woken twice a second: a signal the kernel gives one of the worker's other threads only
         # flags it for the main thread, which an untimed wait would never notice (the worker
         # ignored SIGTERM for good).
-        while not stop.wait(0.5) and not worker.outdated.is_set():
+        while not stop.wait(0.5) and not outdated.is_set():
             pass
     finally:
         worker.stop()
         if meters is not None:
             meters.shutdown()
-    outdated = worker.outdated.is_set()
-    _exit_past_stuck_threads(code=1 if outdated else 0)  # from here the ordinary exit has a few seconds
-    if outdated:
+    _exit_past_stuck_threads(code=1 if outdated.is_set() else 0)  # the ordinary exit has a few seconds
+    if outdated.is_set():
         why = "a later release migrated the deployment past this one (schema_too_new): run its workers"
         return fail("tether worker", why, as_json=as_json, error="schema_too_new")
     return 0
