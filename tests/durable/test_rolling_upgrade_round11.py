@@ -107,61 +107,8 @@ def test_a_trace_an_earlier_release_glued_after_a_cut_line_reads_every_whole_eve
 # -- a resume refused for a reason a release does not list ---------------------------------------
 
 
-def _json(line: str) -> bool:
-    return line.startswith("{")
-
-
-def test_a_resume_refused_while_another_process_resumed_the_run_leaves_it_paused_to_move(
-    operator: Operator,  # noqa: F811
-) -> None:
-    """A run paused on w1 is approved while another live process holds its resume claim (a
-    console or ``tether resume`` of this release resuming it right now, a worker stalled in it):
-    w1's resume is refused, ``run_busy``, and ran nothing. It was listed ``finished`` (a view
-    that knew only the refusals of its own release), the approved effect never run, and
-    ``runs move`` refused the finished run: the approval was lost. It stands paused, and once
-    the other process let go (its resume failed before it ran anything) ``runs move`` sends the
-    resume again: the run finishes, its effect once."""
-    from datetime import UTC, datetime, timedelta
-
-    import anyio
-
-    from tether.policy._ledger import _owner, owner_dead
-    from tether.policy._sqlstore import SqlApprovalStore
-
-    op = operator
-    op.start("w1")
-    run_id = op.submit()
-    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
-    store = SqlApprovalStore(op.url)
-    owner, now = _owner(), datetime.now(UTC)
-    until = now + timedelta(minutes=5)
-    try:  # this process resumes the run now
-        claimed = anyio.run(
-            lambda: store.claim_resume(run_id, owner=owner, lease_until=until, now=now, owner_dead=owner_dead)
-        )
-        assert claimed is not None
-        op.approve(run_id)
-
-        def refused() -> bool:
-            flows = op.runs("show", run_id)["workflows"]
-            return len(flows) == 2 and flows[-1]["status"] == "SUCCESS"
-
-        op.until("the resume to be refused", refused)
-        shown = op.runs("show", run_id)
-        assert (shown["status"], shown["stop_reason"]) == ("paused", "approval_required"), shown
-        assert op.lines("effects.log") == []
-        log = (op.folder / "w1.log").read_text().splitlines()
-        [told] = [e for e in map(json.loads, filter(_json, log)) if e["event"] == "run_not_resumed"]
-        assert (told["error"], told["hint"]) == ("run_busy", f"tether runs move {run_id} --to latest"), told
-        anyio.run(lambda: store.release_resume(run_id, owner=owner))  # it let go, nothing run
-        moved = op.runs("move", run_id, "--to", "latest")
-        assert moved["resume_moved"] is True, moved
-    finally:
-        store.close()
-    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
-    shown = op.runs("show", run_id)
-    assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
-    assert Counter(r[0] for r in op.lines("effects.log")) == {run_id: 1}
+# ``run_busy`` (another live process held the run's resume claim) is no longer refused: the
+# resume waits for the holder and runs once (test_rolling_upgrade_round12.py).
 
 
 def test_a_resume_refused_for_a_reason_of_another_release_is_read_as_refused() -> None:

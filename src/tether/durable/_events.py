@@ -11,8 +11,9 @@ another agent's; it stays pending for a worker that can), ``effect_escalated``
 the version it ran before: ``version``, ``runs``, ``hint``), ``run_cancelled`` (instead of
 DBOS's ERROR traceback) and ``run_not_resumed`` (``error``: ``not_paused``,
 ``unreadable_checkpoint`` for a checkpoint another release wrote in a format this one cannot
-read, ``run_busy`` while another process resumed the run; ``detail``; ``hint``: the command
-that sends a refused resume again).
+read; ``detail``; ``hint``: the command that sends a refused resume again) and
+``resume_waiting`` (a resume waiting while another live process resumes the run: it runs once
+that process lets go or is gone).
 """
 
 from __future__ import annotations

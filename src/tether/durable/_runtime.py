@@ -36,6 +36,7 @@ from tether.runners._loop import AgentLoop
 from tether.runners._scope import close_built, current_app, resume_claim, resume_point
 from tether.runs._checkpoint import CheckpointError
 from tether.stores._url import parse_url
+from tether.trace._tracer import JsonlSink
 
 __all__ = [
     "APP_VERSION",
@@ -185,7 +186,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             if approvals is None:
                 return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
             try:  # one resumer of a run at a time, whichever process (a console, tether resume)
-                await claim.enter_async_context(resume_claim(approvals.store, run_id, host.clock))
+                await _claim_when_free(claim, approvals.store, run_id, host.clock, base)
             except ApprovalError as err:
                 return {
                     **base,
@@ -211,6 +212,38 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     problems = call_problems(result)
     summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+# A resume refused because another live process holds the run (``run_busy``) tries again: after
+# this long, doubling up to the most, until the holder lets go (its resume ended, or failed
+# before it ran anything) or is gone (its process dead, its lease run out).
+BUSY_RETRY_S = (0.2, 5.0)
+
+
+async def _claim_when_free(
+    claim: AsyncExitStack, store: Any, run_id: str, clock: Any, ids: Mapping[str, Any]
+) -> None:
+    """Enter ``run_id``'s resume claim into ``claim``, waiting while another live process holds
+    it. Each try is one claim (one resumer at a time, across processes): the resume runs once,
+    after the holder, from the checkpoint the holder left (``resume_point`` refuses a run it
+    finished; a run it paused again waits on its own approval). The wait is not a recorded step:
+    a recovered workflow claims again, the same way."""
+    from tether.durable._events import log_event
+
+    wait, most = BUSY_RETRY_S
+    told = False
+    while True:
+        try:
+            await claim.enter_async_context(resume_claim(store, run_id, clock))
+            return
+        except ApprovalError as err:
+            if err.reason != "run_busy":
+                raise
+            if not told:  # once: the operator sees why the run has not moved yet
+                log_event("resume_waiting", **{k: ids[k] for k in ("run_id", "workflow_id")}, detail=str(err))
+                told = True
+        await anyio.sleep(wait)
+        wait = min(wait * 2, most)
 
 
 async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: DurableSteps) -> Any:
@@ -270,8 +303,17 @@ async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int)
     """Start a resumed run's tracer after the ``count`` events the index holds (a run without
     trace files on this machine would otherwise number from 1 again)."""
     stored = (await _indexed(traces, run_id))[:count]
+    written = tracer.last_seq  # what this machine's trace file holds (``restore_trace``)
     tracer.events.clear()  # events of kinds this release does not know are numbered, not held
-    tracer.restore([{**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))} for i, d in enumerate(stored)])
+    lines = [{**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))} for i, d in enumerate(stored)]
+    tracer.restore(lines)
+    # The events this machine's file lacks (the line a killed writer cut short and the sink
+    # removed, a batch it never wrote; all of them where the run began on another machine):
+    # written back from the index, in order, before the resumed run's own.
+    lost = [line for line in lines if line["seq"] > written]
+    for sink in tracer.sinks:
+        if isinstance(sink, JsonlSink) and lost:
+            await anyio.to_thread.run_sync(sink.restore_lines, lost)
 
 
 def _register(name: str) -> Any:

@@ -34,7 +34,7 @@ from tether.durable._versions import app_digest, deployment_version_at, version_
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._ledger import _owner
 from tether.runs._checkpoint import checkpoint_tenant
-from tether.sql._database import Database, blocking
+from tether.sql._database import Database, blocking, later_breaking
 from tether.stores._url import Stores, open_stores
 
 _ONE_PER_PROCESS = threading.Lock()  # held by the worker that runs DBOS in this process
@@ -66,6 +66,13 @@ def _beat(
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
         (executor_id, host, pid, version, apps, owner),
     )
+
+
+def _beat_and_check(conn: Connection, executor_id: str, host: str, pid: int) -> list[str]:
+    """A beat, and the migrations a later release applied since that this one cannot work
+    beside (``later_breaking``: a worker of this release must stop serving the deployment)."""
+    _beat(conn, executor_id, host, pid, False)
+    return later_breaking(conn.exec_driver_sql("SELECT name FROM _migrations").scalars())
 
 
 def _leave_orphans(conn: Connection, executor_id: str, version: str) -> str | None:
@@ -218,6 +225,8 @@ class Worker:
         self.digests: dict[str, str | None] = {}
         self.drained: dict[str, int] = {}
         self._holds_process = False
+        # Set once a later release applied a migration this one cannot work beside (PostgreSQL).
+        self.outdated = threading.Event()
 
     def start(self) -> Worker:
         """Raises ``RuntimeError`` if a worker already runs in this process (DBOS is one instance
@@ -424,8 +433,19 @@ class Worker:
         log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
 
     def _heartbeat(self) -> None:
-        if self._pg is not None:
-            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+        if self._pg is None:
+            return
+        later = self._pg.run(_beat_and_check, self.executor_id, socket.gethostname(), os.getpid())
+        if later and not self.outdated.is_set():
+            # A later release contracted the schema under this running worker: it stops taking
+            # runs (what serves it, ``tether worker``, drains it and exits 1), as its start would.
+            self.outdated.set()
+            log_event(
+                "schema_too_new",
+                executor=self.executor_id,
+                migrations=later,
+                hint="a later release migrated the deployment past this one: run workers of that release",
+            )
 
     def _recover_dead(self) -> None:
         if self._pg is None or self.client is None:

@@ -20,7 +20,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +55,22 @@ class MigrationBusy(StoreUnavailable):
     Nothing of the migration was written; it may be run again as it is."""
 
     reason = "store_busy"
+
+
+# A later release's migration that a release not knowing it cannot work beside (a column renamed
+# or dropped, a value's meaning changed: not expand-only) ends its name with this mark
+# ("approvals.007_rename_x!"). A release that finds such a name of a concern it opens, not its
+# own, refuses the store (``SchemaTooNew``) before it reads or writes a row; an unmarked migration
+# it does not know (a column added) is worked beside, as every tether migration so far.
+BREAKING_MARK = "!"
+
+
+class SchemaTooNew(ConfigError):
+    """A store a later release migrated in a way this release cannot read or write (a migration
+    it does not know, marked ``BREAKING_MARK``). Nothing was read or written: run the release
+    that migrated it (or a later one), or restore the store from before that migration."""
+
+    reason = "schema_too_new"
 
 
 def _create(concern: str) -> Callable[[Connection], None]:
@@ -295,7 +311,8 @@ class Database:
         todo = tuple(MIGRATIONS[concern] if steps is None else steps)
         for attempt in range(1, MIGRATION_TRIES + 1):
             try:
-                done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+                migrate = functools.partial(_migrate, self.dialect, concern, todo, self._key)
+                done = self._transaction(True, migrate)
                 break
             except MigrationBusy as err:
                 if attempt == MIGRATION_TRIES:
@@ -462,7 +479,29 @@ class _Lost(Exception):
     """The connection died before the commit: nothing was written, the operation may run again."""
 
 
-def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> list[str]:
+def later_breaking(applied: Iterable[str], concern: str | None = None) -> list[str]:
+    """The migrations in ``applied`` (of ``concern``; ``None``: of any) that a later release
+    applied and marked ``BREAKING_MARK``, which this release does not know: this release must not
+    read or write those stores."""
+    known = {name for steps in MIGRATIONS.values() for name, _ in steps}
+    prefix = f"{concern}." if concern is not None else ""
+    return sorted(n for n in applied if n.startswith(prefix) and n.endswith(BREAKING_MARK) and n not in known)
+
+
+def _too_new(key: str, concern: str, steps: tuple[Migration, ...], applied: set[str]) -> None:
+    """Refuse a store a later release migrated past what this release can work beside."""
+    later = [n for n in later_breaking(applied, concern) if n not in {name for name, _ in steps}]
+    if later:
+        raise SchemaTooNew(
+            f"{key}: the {concern} store was migrated by a later release ({', '.join(later)}), in a"
+            " way this release cannot read or write; nothing was read or written. Run that release"
+            " (or a later one) here, or restore the store from before that migration"
+        )
+
+
+def _migrate(
+    dialect: str, concern: str, steps: tuple[Migration, ...], key: str, conn: Connection
+) -> list[str]:
     if dialect == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
         # A DDL statement queued for its table's lock behind a worker's transaction holds up
@@ -471,6 +510,7 @@ def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> li
         conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))
+    _too_new(key, concern, steps, applied)
     done = []
     for name, step in steps:
         if name not in applied:

@@ -16,10 +16,16 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -89,7 +95,10 @@ def _flush_open_sinks() -> None:
 
 def _encode(event: TraceEvent) -> bytes:
     """One JSON line, non-ASCII escaped so no byte of a line can end it for any reader."""
-    data = event.to_json()
+    return _encode_line(event.to_json())
+
+
+def _encode_line(data: Mapping[str, Any]) -> bytes:
     try:
         return to_json(data, ensure_ascii=True) + b"\n"
     except PydanticSerializationError:  # a value the sanitiser let through as is (not JSON)
@@ -97,17 +106,41 @@ def _encode(event: TraceEvent) -> bytes:
 
 
 def _write_all(file: Any, data: bytes) -> None:
-    """All of ``data`` to an unbuffered file (a raw write may take only part of it)."""
+    """All of ``data`` to an unbuffered file (a raw write may take only part of it), under the
+    file's lock (``_locked``): another writer's sink never takes a line still being written for
+    one a killed writer cut short."""
     view = memoryview(data)
-    while view:
-        view = view[file.write(view) :]
+    with _locked(file):
+        while view:
+            view = view[file.write(view) :]
+
+
+@contextmanager
+def _locked(file: Any) -> Iterator[None]:
+    """An exclusive advisory lock on a trace file, across processes (two writers of one run's
+    trace: a stalled worker declared dead and the survivor recovering its run). A killed
+    writer's lock goes with it. Where the platform has no ``flock``, nothing is locked."""
+    if fcntl is None:
+        yield
+        return
+    fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(file.fileno(), fcntl.LOCK_UN)
 
 
 def _end_cut_line(path: Path, file: Any) -> None:
     """Before appending to a trace file a writer left (a worker killed, -9, inside a write; the
     disk full): a last line it cut short is no event and is removed, or the next event would be
     glued to it and lost (and the file unreadable); a whole event left without its newline is
-    ended. A file that ends with a newline is not touched."""
+    ended. A file that ends with a newline is not touched. Under the file's lock: a line another
+    live writer is writing now is whole once the lock is had."""
+    with _locked(file):
+        _end_cut_line_locked(path, file)
+
+
+def _end_cut_line_locked(path: Path, file: Any) -> None:
     size = os.fstat(file.fileno()).st_size
     if not size:
         return
@@ -202,6 +235,17 @@ class JsonlSink:
                 or now - self._since >= self.max_delay_s
             ):
                 self._drain()
+
+    def restore_lines(self, lines: Iterable[Mapping[str, Any]]) -> None:
+        """Write events another writer wrote and this file lost (a line a killed writer cut short
+        and ``_end_cut_line`` removed, a batch it never wrote), as stored elsewhere (the trace
+        index), in their order and with their own numbers, before any event emitted after them."""
+        reserved = ("run_id", "seq", "ts", "kind")
+        encoded = [_encode_line({**{k: line[k] for k in reserved if k in line}, **line}) for line in lines]
+        with self._lock:
+            self._lines[:0] = encoded  # before what waits: those come after them
+            self._size += sum(map(len, encoded))
+            self._drain()
 
     @property
     def pending(self) -> int:

@@ -136,6 +136,8 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         why = f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}"
         print(why, file=sys.stderr)
         meters = None
+    # Set by the worker once a later release migrated the deployment past this one: it stops.
+    outdated: threading.Event = getattr(worker, "outdated", None) or threading.Event()
     ready = {"worker": worker.executor_id, "apps": list(config.apps), "concurrency": config.concurrency}
     ready["ready"] = True
     emit_json(ready, exit=0)
@@ -143,17 +145,20 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         # Woken twice a second: a signal the kernel gives one of the worker's other threads only
         # flags it for the main thread, which an untimed wait would never notice (the worker
         # ignored SIGTERM for good).
-        while not stop.wait(0.5):
+        while not stop.wait(0.5) and not outdated.is_set():
             pass
     finally:
         worker.stop()
         if meters is not None:
             meters.shutdown()
-    _exit_past_stuck_threads()  # from here the ordinary exit has a few seconds
+    _exit_past_stuck_threads(code=1 if outdated.is_set() else 0)  # the ordinary exit has a few seconds
+    if outdated.is_set():
+        why = "a later release migrated the deployment past this one (schema_too_new): run its workers"
+        return fail("tether worker", why, as_json=as_json, error="schema_too_new")
     return 0
 
 
-def _exit_past_stuck_threads(wait_s: float = 5.0) -> None:
+def _exit_past_stuck_threads(wait_s: float = 5.0, *, code: int = 0) -> None:
     """After the drain, the process ends even where a thread it does not own will not: Python's
     exit waits on non-daemon threads and on executor pools (a DNS lookup or blocking call handed
     to the loop's executor, a step cut past its grace) for as long as they run. A watchdog gives
@@ -169,7 +174,7 @@ def _exit_past_stuck_threads(wait_s: float = 5.0) -> None:
         log_event("worker_exit_forced", threads=[name for name in left if name != "MainThread"])
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
 
     watchdog = threading.Timer(wait_s, force)
     watchdog.daemon = True  # never itself a reason to stay
