@@ -70,3 +70,18 @@ def test_no_decoder_is_built_per_body(monkeypatch: pytest.MonkeyPatch) -> None:
         assert loads(ANSWER.encode())["usage"] == {"input_tokens": 9, "output_tokens": 2}
         assert loads(b'{"type":"content_block_start","content_block":{"input":{}}}')
     assert built == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+def test_a_body_in_utf16_or_32_keeps_a_key_named_twice(encoding: str) -> None:
+    # Attack: the same repeated arguments key in a body a server wrote in UTF-16 or 32 (read,
+    # as json.loads reads it, by its first bytes). Before: the UTF-8 pattern never matched,
+    # the plain reader kept the last value ("999") and the gate never saw the duplicate.
+    got = loads(ANSWER.encode(encoding))
+    call = got["content"][0]["input"]
+    assert isinstance(call, Pairs) and call.pairs == [("order_id", "742"), ("order_id", "999")]
+    assert _json.written(call) == '{"order_id": "742", "order_id": "999"}'  # the gate refuses it
+    # The legitimate body in that encoding reads as it always did.
+    plain = loads('{"content": [{"input": {"order_id": "742"}}], "n": 1}'.encode(encoding))
+    assert plain == {"content": [{"input": {"order_id": "742"}}], "n": 1}
+    assert not isinstance(plain["content"][0]["input"], Pairs)
