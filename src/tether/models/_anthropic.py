@@ -112,6 +112,7 @@ class AnthropicMessages(HTTPBackend):
         self.cache = cache
         self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
         self._memo: ConversationMemo[_Piece] = ConversationMemo(_size)
+        self._heads: tuple[object, object, bytes] = (None, None, b"")  # tools, key, head (``_head``)
 
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}", "anthropic-version": API_VERSION}
@@ -192,19 +193,32 @@ class AnthropicMessages(HTTPBackend):
         segments = list(map(_segment, pieces))
         if self.cache and stable_end >= 0:
             segments[stable_end] = _cached(segments[stable_end])
-        system = list(pieces[-1][2]) if pieces else []
+        parts = [self._head(request, pieces[-1][2] if pieces else ()), *segments]  # one join: one copy
+        if pieces and pieces[-1][0]:
+            parts.append(b"]}")  # the last turn's end
+        parts.append(b"]}")
+        return b"".join(parts)
+
+    def _head(self, request: ModelRequest, system_blocks: tuple[bytes, ...]) -> bytes:
+        """The body up to the ``messages`` array's items: every other field, encoded once while
+        the request's tools (the same tuple), tool choice, cap and system blocks stay the same,
+        as on every step of a run (the backend's own settings are fixed once it is built)."""
+        tools = request.tools
+        if not tools and any(isinstance(m, AssistantMessage) and m.tool_calls for m in request.messages):
+            tools = self._tools[0]  # a history with tool_use blocks must still define its tools
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        cap = limit or DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
+        key = (system_blocks, bool(request.tools), request.tool_choice, cap, self.stream)
+        held = self._heads
+        if held[0] is tools and held[1] == key:
+            return held[2]
+        system = list(system_blocks)
         if self.cache and system:
             system[-1] = _cached(system[-1])
-        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
-        default = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
-        cap = limit or default
         parts = [b'{"model":', to_json(self.model), b',"max_tokens":', str(int(cap)).encode()]
         if system:
             parts += [b',"system":[', b",".join(system), b"]"]
         params: dict[str, Any] = {}
-        tools = request.tools
-        if not tools and any(isinstance(m, AssistantMessage) and m.tool_calls for m in messages):
-            tools = self._tools[0]  # a history with tool_use blocks must still define its tools
         if tools:
             params["tools"] = self._tool_defs(tools)
             params["tool_choice"] = {"type": "none" if not request.tools else request.tool_choice}
@@ -218,11 +232,9 @@ class AnthropicMessages(HTTPBackend):
         if params:
             parts += [b",", to_json(params)[1:-1]]
         parts.append(b',"messages":[')  # last: the prefix holds across turns
-        parts += segments  # one join: the body is copied once
-        if pieces and pieces[-1][0]:
-            parts.append(b"]}")  # the last turn's end
-        parts.append(b"]}")
-        return b"".join(parts)
+        head = b"".join(parts)
+        self._heads = (tools, key, head)
+        return head
 
     # -- call ---------------------------------------------------------------------------------
 

@@ -97,6 +97,7 @@ class OpenAIResponses(OpenAIBackend):
         self.prompt_cache_key = prompt_cache_key
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
         self._key = ("", "")  # the stable prefix and its prompt_cache_key
+        self._heads: tuple[object, object, bytes] = (None, None, b"")  # tools, key, head (``_head``)
         self._memo: ConversationMemo[_Piece] = ConversationMemo(_size)
 
     # -- request ------------------------------------------------------------------------------
@@ -158,16 +159,28 @@ class OpenAIResponses(OpenAIBackend):
 
     def encode(self, request: ModelRequest) -> bytes:
         """The request's body as sent (the Responses API's ``POST /responses``): each message's
-        items encoded once per conversation (``ConversationMemo``), the body joined from them."""
+        items encoded once per conversation (``ConversationMemo``), the body joined from them
+        after its head (``_head``)."""
         pieces = self._memo.chain(request.messages, self._piece)
-        instructions = pieces[-1][2] if pieces else ()
+        head = self._head(request, pieces[-1][2] if pieces else ())
+        # ``input`` last: the byte prefix holds across turns
+        return b"".join((head, *map(_segment, pieces), b"]}"))
+
+    def _head(self, request: ModelRequest, instructions: tuple[str, ...]) -> bytes:
+        """The body up to ``input``'s items: every field but ``input``, encoded once while the
+        request's tools (the same tuple), tool choice, cap and system prompts stay the same, as
+        on every step of a run (the backend's own settings are fixed once it is built)."""
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        key = (instructions, request.tool_choice, limit, self.stream)
+        held = self._heads
+        if held[0] is request.tools and held[1] == key:
+            return held[2]
         params: dict[str, Any] = {"model": self.model}
         if instructions:
             params["instructions"] = "\n\n".join(instructions)
         if request.tools:
             params["tools"] = self._tool_defs(request.tools)
             params["tool_choice"] = request.tool_choice
-        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
         if limit is not None:
             params["max_output_tokens"] = limit
         params["store"] = self.store
@@ -179,8 +192,9 @@ class OpenAIResponses(OpenAIBackend):
         params.update(self.extra_body)
         if self.stream:
             params["stream"] = True
-        # ``input`` last: the byte prefix holds across turns
-        return b"".join((to_json(params)[:-1], b',"input":[', *map(_segment, pieces), b"]}"))
+        head = to_json(params)[:-1] + b',"input":['
+        self._heads = (request.tools, key, head)
+        return head
 
     def _cache_key(self, instructions: str) -> str:
         """``prompt_cache_key``: the caller's, or a digest of the stable prefix (instructions and
