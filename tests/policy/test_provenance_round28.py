@@ -6,12 +6,12 @@
    Review Q3 sync" ("sync" is not in the request "…the participants of the Budget review
    meeting"), so an invitation titled "Budget review meeting" was again the one record the
    request named, and its participant was mailed unreviewed (``named:listed``); so was one
-   titled "review meeting", a shorter phrase of the same words. A name is contested too when
-   another record of its field has every significant word of it ("Lunch with Sarah" beside a
-   stranger's "Lunch"), or two or more of the words the request gives where it gives the name,
-   the two on either side included (``Naming._near``, ``Naming._around``). The one meeting the
-   request names still vouches beside meetings that share one word with those, and an address
-   the request gives is still mailed.
+   titled "review meeting" or "budget notes", other phrases of the request. A name is contested
+   too when another record of its field has a name with two or more words the request gives,
+   wherever it gives them, or every significant word of the first ("Lunch with Sarah" beside a
+   stranger's "Lunch") (``Naming._near``). The one meeting the request names still vouches
+   beside meetings that share one word of the request, and an address the request gives is
+   still mailed.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -56,6 +56,11 @@ def _event(event_id: str, title: str, *participants: str) -> dict[str, Any]:
             "Budget Review Q3 sync",
             "review meeting",
             "Email the Q3 budget to the participants of the Budget review meeting.",
+        ),
+        (
+            "Budget Review Q3 sync",
+            "budget notes",
+            "Email the budget notes to the participants of the Budget review meeting.",
         ),
         ("Lunch with Sarah", "Lunch", "Email the people at my lunch that I am running late."),
     ],

@@ -14,11 +14,11 @@ name the request quotes whole ("pay the invoice 'Q3 services'"): the user wrote 
 so a record it names is theirs to name, however many others the request names, unless records
 of another naming field carry it too (an invitation titled as the file the request quotes:
 the quote does not say which kind it names). A name is contested too where another record the
-run read, of the same field, has a name whose words the request all gives, one of them a word
-of the first (the user's "Budget Review (Q3)" and a stranger's "Budget review meeting", when
-the request says "the Budget review meeting"), or that has every word of the first, or two or
-more of the words the request gives where it gives the first (the user's "Budget Review Q3
-sync" beside a stranger's "review meeting"): the request may mean that one. The
+run read, of the same field, has a name with two or more words the request gives, wherever it
+gives them, or every word of the first (the user's "Budget Review (Q3)" or "Budget Review Q3
+sync" beside a stranger's "Budget review meeting", "review meeting" or "budget notes", when the
+request says "email the budget notes to … the Budget review meeting"; "Lunch with Sarah" beside
+"Lunch"): the request may mean that one. The
 same name on several records (a recurring meeting, one record read twice) is one name; a
 name the run wrote itself is the run's, no claim of its own; a name a source vouches for (a
 sender's address, an account) is the source's, not anyone's choice of words.
@@ -30,14 +30,7 @@ import re
 from typing import TYPE_CHECKING
 
 from tether.policy._provenance_labels import MIN_CONTAINED, TRUST_ORDER, Segment, SourceLabel, normalise
-from tether.policy._provenance_text import (
-    ALPHA_WORD,
-    STOP,
-    as_written,
-    contains_whole,
-    name_forms,
-    occurrences,
-)
+from tether.policy._provenance_text import ALPHA_WORD, STOP, as_written, contains_whole, name_forms
 from tether.policy._provenance_values import compose
 
 __all__ = ["VOUCHING", "Naming"]
@@ -155,39 +148,19 @@ class Naming:
 
     def _near(self, seg: Segment) -> bool:
         """Whether another record the run read names, in ``seg``'s field, a different name the
-        request may mean: one whose words the request all gives, one of them a word of ``seg``'s
-        name ("the Budget review meeting" for the user's "Budget Review (Q3)"), or one that has
-        every word of ``seg``'s name ("Lunch with Sarah" beside "Lunch"), or two or more of the
-        words the request gives where it gives ``seg``'s name (``_around``: "Budget Review Q3
-        sync", whose "sync" the request lacks, beside a stranger's "Budget review meeting" or
-        "review meeting"): a stranger's record may take the phrase whole."""
+        request may mean: one that has two or more words the request gives, wherever it gives
+        them ("the Budget review meeting" for the user's "Budget Review (Q3)" or "Budget Review
+        Q3 sync", whose "sync" the request lacks), or every word of ``seg``'s name ("Lunch with
+        Sarah" beside "Lunch"): a stranger's record may take a phrase of the request whole,
+        that one or another ("budget notes")."""
         mine = self._significant(seg.text)
-        around: set[str] | None = None
         for other in self._free():
             if other.field_name != seg.field_name or other.text == seg.text:
                 continue
             words = self._significant(other.text)
-            if len(words) >= 2 and words <= self._user_words and not words.isdisjoint(mine):
-                return True
-            if mine and mine <= words:
-                return True
-            around = self._around(seg) if around is None else around
-            if len(words & around) >= 2:
+            if len(words & self._user_words) >= 2 or (mine and mine <= words):
                 return True
         return False
-
-    def _around(self, seg: Segment) -> set[str]:
-        """The significant words the request gives where it gives ``seg``'s name: the name as
-        written there and the two words on either side of it (the request's "the Budget review
-        meeting" around "review meeting"; not a file's extension the request leaves out)."""
-        out: set[str] = set()
-        for form in name_forms(seg.text):
-            for i in occurrences(self.user_text, form) if len(form) >= 3 else ():
-                end = i + len(form)
-                before = [w for w in ALPHA_WORD.findall(self.user_text[:i]) if self._significant(w)]
-                after = [w for w in ALPHA_WORD.findall(self.user_text[end:]) if self._significant(w)]
-                out.update(self._significant(form), before[-2:], after[:2])
-        return out
 
     @staticmethod
     def _significant(text: str) -> set[str]:
