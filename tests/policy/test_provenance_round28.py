@@ -93,3 +93,29 @@ async def test_the_one_meeting_the_request_names_still_vouches_beside_one_shared
     request = "Email the Q3 budget to the participants of the Budget review meeting."
     assert await calendar._run(world, request, (call("get_events"),), calendar._mail(BOB)) == []
     assert world.received == [("send_email", [BOB])]
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "request_"),
+    [
+        (
+            "team-building-activities.docx",
+            "team-meeting-minutes.docx",
+            "Email the people team-building-activities.docx is shared with the final plan.",
+        ),
+        ("notes.docx", "budget-notes.docx", "Email the people notes.docx is shared with the final plan."),
+    ],
+)
+async def test_a_file_named_whole_still_vouches_beside_one_sharing_its_words(
+    mine: str, theirs: str, request_: str
+) -> None:
+    files = [
+        {"id": "f1", "filename": mine, "shared_with": [BOB], "content": "x"},
+        {"id": "f2", "filename": theirs, "shared_with": [MALLORY], "content": "y"},
+    ]
+    world = calendar.World([], files=files)
+    assert await calendar._run(world, request_, (call("list_files"),), calendar._mail(BOB)) == []
+    assert world.received == [("send_email", [BOB])]
+    world = calendar.World([], files=files)
+    problems = await calendar._run(world, request_, (call("list_files"),), calendar._mail(MALLORY))
+    assert problems and world.received == []

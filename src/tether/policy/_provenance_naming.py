@@ -30,7 +30,14 @@ import re
 from typing import TYPE_CHECKING
 
 from tether.policy._provenance_labels import MIN_CONTAINED, TRUST_ORDER, Segment, SourceLabel, normalise
-from tether.policy._provenance_text import ALPHA_WORD, STOP, as_written, contains_whole, name_forms
+from tether.policy._provenance_text import (
+    ALPHA_WORD,
+    EXTENSION,
+    STOP,
+    as_written,
+    contains_whole,
+    name_forms,
+)
 from tether.policy._provenance_values import compose
 
 __all__ = ["VOUCHING", "Naming"]
@@ -153,11 +160,13 @@ class Naming:
         Q3 sync", whose "sync" the request lacks), or every word of ``seg``'s name ("Lunch with
         Sarah" beside "Lunch"): a stranger's record may take a phrase of the request whole,
         that one or another ("budget notes")."""
-        mine = self._significant(seg.text)
+        mine = self._significant(EXTENSION.sub("", seg.text))
+        if EXTENSION.search(seg.text) and contains_whole(self.user_text, seg.text):
+            mine = set()  # a file name the request writes whole, extension and all, is exact
         for other in self._free():
             if other.field_name != seg.field_name or other.text == seg.text:
                 continue
-            words = self._significant(other.text)
+            words = self._significant(EXTENSION.sub("", other.text))  # not a file's extension
             if len(words & self._user_words) >= 2 or (mine and mine <= words):
                 return True
         return False
