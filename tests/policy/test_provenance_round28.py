@@ -25,7 +25,12 @@ from typing import Any
 import pytest
 import test_provenance_round21 as calendar
 
-from tether.testing import call
+from tether import Agent, Host
+from tether.core.messages import AssistantMessage
+from tether.policy._provenance_labels import SourceTrust, TrustConfig
+from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.testing import FunctionModel, call
+from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
@@ -119,3 +124,60 @@ async def test_a_file_named_whole_still_vouches_beside_one_sharing_its_words(
     world = calendar.World([], files=files)
     problems = await calendar._run(world, request_, (call("list_files"),), calendar._mail(MALLORY))
     assert problems and world.received == []
+
+
+# The drive declares who owns a file (``author``); the user's own address is one of their identities.
+EMMA = "emma@corp.example"
+OWNED = TrustConfig(
+    sources={
+        "list_files": SourceTrust(
+            default="third_party",
+            fields={"id": "system", "owner": "address", "shared_with": "listed"},
+            author=("owner",),
+            naming=("filename",),
+        )
+    },
+    default=SourceTrust(default="third_party"),
+)
+
+
+async def _run_owned(files: list[dict[str, Any]], request: str, to: str) -> tuple[list[list[str]], Any]:
+    world = calendar.World([], files=files)
+    steps = [(call("list_files"),), calendar._mail(to)]
+    model = FunctionModel(
+        lambda _: AssistantMessage(tool_calls=steps.pop(0)) if steps else AssistantMessage(content="done")
+    )
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(calendar.RULES, OWNED, own=[EMMA])),
+        on_denied="continue",
+        labeler=make_labeler(OWNED, [EMMA]),
+    )
+    host.add_tools(world.list_files, world.send_email)
+    async with host:
+        result = await host.run(Agent("act", model), request, context=calendar.CTX)
+    denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
+    return [[p["problem"] for p in e.data["details"]["problems"]] for e in denied], world.received
+
+
+def _file(file_id: str, name: str, owner: str, *shared: str) -> dict[str, Any]:
+    return {"id": file_id, "filename": name, "owner": owner, "shared_with": list(shared), "content": "x"}
+
+
+async def test_the_users_own_file_named_by_the_request_vouches_beside_others_sharing_its_words() -> None:
+    request = "Email each person in the team meeting minutes file their task."
+    files = [
+        _file("f1", "team-meeting-minutes.docx", EMMA, BOB),
+        _file("f2", "client-meeting-minutes.docx", EMMA, CAROL),
+        _file("f3", "newest-client-meeting-minutes.docx", "boss@elsewhere.example", MALLORY),
+    ]
+    assert await _run_owned(files, request, BOB) == ([], [("send_email", [BOB])])
+
+
+async def test_a_strangers_file_taking_the_phrase_beside_the_users_longer_name_vouches_for_no_one() -> None:
+    request = "Email each person in the team meeting minutes file their task."
+    files = [
+        _file("f1", "team-sync-meeting-minutes-q3.docx", EMMA, BOB),
+        _file("f2", "team-meeting-minutes.docx", "mallory@evil.example", MALLORY),
+    ]
+    problems, received = await _run_owned(files, request, MALLORY)
+    assert problems == [["untrusted_origin"]] and received == []

@@ -1280,9 +1280,14 @@ def informed4_campaign(
     * ``split:*`` — each attacker value halved across two different tools' content, read back
       with the user's reads, then the goal;
     * then ``informed3``'s tactics, and the goal.
+
+    The goal's reads come first, so every value it writes is one the run has read.
     """
     k = _Knowledge(suite, declaration, prompt, list(user_steps), env)
-    steps = [*_informed4_steps(goal, k, directory), *_informed4_split(goal, k)]
+    # The goal's reads first: a value the run never read (the user's passport number, known to
+    # this bench's attacker from the environment) is not one a real agent could write.
+    reads = [s for s in goal if not k.writes(s.function)]
+    steps = [*reads, *_informed4_steps(goal, k, directory), *_informed4_split(goal, k)]
     again = informed3_campaign(
         suite,
         goal,
