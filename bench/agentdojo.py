@@ -1,7 +1,7 @@
 """AgentDojo (v1.2.2 suites) through tether's host, offline, with stand-ins that obey every attacker.
 
     pip install -e ".[agentdojo]"
-    python bench/agentdojo.py                          # 4 suites, three modes, five attackers
+    python bench/agentdojo.py                          # 4 suites, three modes, six attackers
     python bench/agentdojo.py --baseline               # also every attacked pair with no gate
     python bench/agentdojo.py --suites banking --limit 4 --modes agent --attackers informed
 
@@ -39,6 +39,11 @@ Stand-ins (no model is reachable):
                empty or one per call, arguments left to the tool's defaults, amounts as sums of
                the request's figures, standing orders updated instead of payments created, the
                values relayed through the user's own writes and read back; then informed2
+  informed4    attacker written against the rules after informed3 (attacks.informed4_campaign):
+               directory entries holding the attacker's values (a channel the injection named)
+               as destinations and content, the value as a query, path or sub-address of an
+               allowed destination, the user's own destination first in a list, names near the
+               request's phrase, values halved across two tools' content; then informed3
 Modes: agent (the reactive loop), plan (plan-then-execute: calls fixed from the request
 before any data is read; values from results only through a compromised quarantined
 extractor; the adaptive one disguises the attacker's values) and reference (the agent loop,
@@ -85,7 +90,7 @@ from typing import Any
 
 SUITES = ("workspace", "travel", "banking", "slack")
 MODES = ("agent", "plan", "reference")
-ATTACKERS = ("standard", "adaptive", "informed", "informed2", "informed3")
+ATTACKERS = ("standard", "adaptive", "informed", "informed2", "informed3", "informed4")
 
 
 def _require_agentdojo() -> None:
@@ -150,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="agent,plan,reference", help="agent, plan and/or reference")
     parser.add_argument(
         "--attackers",
-        default="standard,adaptive,informed,informed2,informed3",
-        help="standard, adaptive, informed, informed2 and/or informed3",
+        default="standard,adaptive,informed,informed2,informed3,informed4",
+        help="standard, adaptive, informed, informed2, informed3 and/or informed4",
     )
     parser.add_argument("--baseline", action="store_true", help="also run the attacked pairs with no gate")
     parser.add_argument(

@@ -103,6 +103,7 @@ class Segment:
     whole: bool
     field_name: str = ""
     naming: str = ""  # "whole": names its record by its whole value; "word": by one of its words
+    own: bool = False  # its record's author (``SourceTrust.author``) is one of the user's identities
 
 
 Kind = Literal["user", "host", "tool", "nowhere"]
@@ -543,7 +544,8 @@ def label_observation(
             naming = "word" if normalise(author) in mine else ""
         label = SourceLabel(tool, server, trust, path, record, author, call_id)
         name = key if field_name is None else field_name
-        segments.append(Segment(raw, normalise(raw), label, whole=True, field_name=name, naming=naming))
+        by_user = author is not None and normalise(author) in mine
+        segments.append(Segment(raw, normalise(raw), label, True, name, naming, by_user))
 
     def walk(v: Any, path: str, key: str, record: str | None, author: str | None) -> None:
         if isinstance(v, Mapping):

@@ -14,9 +14,12 @@ name the request quotes whole ("pay the invoice 'Q3 services'"): the user wrote 
 so a record it names is theirs to name, however many others the request names, unless records
 of another naming field carry it too (an invitation titled as the file the request quotes:
 the quote does not say which kind it names). A name is contested too where another record the
-run read, of the same field, has a name whose words the request all gives, one of them a word
-of the first (the user's "Budget Review (Q3)" and a stranger's "Budget review meeting", when
-the request says "the Budget review meeting"): the request may mean that one. The
+run read, of the same field, has a name with two or more words the request gives, wherever it
+gives them, or every word of the first (the user's "Budget Review (Q3)" or "Budget Review Q3
+sync" beside a stranger's "Budget review meeting", "review meeting" or "budget notes", when the
+request says "email the budget notes to … the Budget review meeting"; "Lunch with Sarah" beside
+"Lunch"), unless the user wrote the record the request names whole (its author is theirs):
+the request may mean that one. The
 same name on several records (a recurring meeting, one record read twice) is one name; a
 name the run wrote itself is the run's, no claim of its own; a name a source vouches for (a
 sender's address, an account) is the source's, not anyone's choice of words.
@@ -28,7 +31,14 @@ import re
 from typing import TYPE_CHECKING
 
 from tether.policy._provenance_labels import MIN_CONTAINED, TRUST_ORDER, Segment, SourceLabel, normalise
-from tether.policy._provenance_text import ALPHA_WORD, STOP, as_written, contains_whole, name_forms
+from tether.policy._provenance_text import (
+    ALPHA_WORD,
+    EXTENSION,
+    STOP,
+    as_written,
+    contains_whole,
+    name_forms,
+)
 from tether.policy._provenance_values import compose
 
 __all__ = ["VOUCHING", "Naming"]
@@ -145,16 +155,24 @@ class Naming:
         )
 
     def _near(self, seg: Segment) -> bool:
-        """Whether another record the run read names, in ``seg``'s field, a different name whose
-        words the request all gives, one of them a word of ``seg``'s name: the request may mean
-        that record ("the Budget review meeting" for the user's "Budget Review (Q3)") when a
-        stranger's record takes the phrase whole."""
-        mine = self._significant(seg.text)
+        """Whether another record the run read names, in ``seg``'s field, a different name the
+        request may mean: one whose words the request all gives, one of them a word of ``seg``'s
+        name ("the Budget review meeting" for the user's "Budget Review (Q3)"); and, unless the
+        user wrote ``seg``'s record (``Segment.own``: a name of their own words, no stranger's
+        decoy), one that has two or more words the request gives, wherever it gives them (the
+        user's "Budget Review Q3 sync", whose "sync" the request lacks, beside a stranger's
+        "Budget review meeting", "review meeting" or "budget notes"), or every word of ``seg``'s
+        name ("Lunch with Sarah" beside "Lunch"). A file's extension is no word of its name,
+        and a file name the request writes whole, extension and all, is exact."""
+        mine = self._significant(EXTENSION.sub("", seg.text))
+        exact = seg.own or bool(EXTENSION.search(seg.text) and contains_whole(self.user_text, seg.text))
         for other in self._free():
             if other.field_name != seg.field_name or other.text == seg.text:
                 continue
-            words = self._significant(other.text)
+            words = self._significant(EXTENSION.sub("", other.text))
             if len(words) >= 2 and words <= self._user_words and not words.isdisjoint(mine):
+                return True
+            if not exact and (len(words & self._user_words) >= 2 or (mine and mine <= words)):
                 return True
         return False
 

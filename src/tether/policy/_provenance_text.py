@@ -15,6 +15,7 @@ from tether.policy._provenance_values import compose, find_handles, find_links, 
 __all__ = [
     "ALPHA_WORD",
     "BARE",
+    "EXTENSION",
     "PLACEHOLDER",
     "STOP",
     "WORD",
@@ -45,7 +46,7 @@ _STOP_WORDS = "a an the to of in on at for and or with from by is are be it this
 _STOP_WORDS += "please can could would will as if so do not our we us his her their them they its"
 STOP = frozenset(_STOP_WORDS.split(" "))
 PLACEHOLDER = re.compile(r"\{[^{}\s]{1,40}\}")
-_EXTENSION = re.compile(r"\.[a-z0-9]{1,5}$")
+EXTENSION = re.compile(r"\.[a-z0-9]{1,5}$")  # a file name's extension
 
 
 _JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a link, a file name)
@@ -100,7 +101,7 @@ def _continues(text: str, at: int) -> bool:
 def name_forms(text: str) -> set[str]:
     """A naming value and its spoken forms: ``grocery-list.docx`` is also ``grocery list``."""
     forms = {text}
-    stem = _EXTENSION.sub("", text)
+    stem = EXTENSION.sub("", text)
     spoken = re.sub(r"[-_]+", " ", stem)
     if " " in spoken:  # a one-word stem ("list") would let any word of the request name it
         forms |= {stem, spoken}

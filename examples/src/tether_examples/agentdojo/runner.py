@@ -45,6 +45,7 @@ from tether_examples.agentdojo.attacks import (
     harmful,
     informed2_campaign,
     informed3_campaign,
+    informed4_campaign,
     informed_campaign,
 )
 from tether_examples.agentdojo.source import (
@@ -356,7 +357,7 @@ class SuiteBench:
     ) -> PairOutcome:
         """Run one pair (or one benign task) through a fresh host; AgentDojo judges the result.
         ``mode``: agent | plan | reference (the agent loop with values passed by handle);
-        ``attacker``: standard | adaptive | informed | informed2 | informed3;
+        ``attacker``: standard | adaptive | informed | informed2 | informed3 | informed4;
         ``stand_in``: oracle | paraphrase."""
         from agentdojo.functions_runtime import FunctionCall
         from agentdojo.types import text_content_block_from_string
@@ -400,11 +401,12 @@ class SuiteBench:
                     user_steps=user_steps,
                     env=pre,
                 )
-            elif attacker in ("informed", "informed2", "informed3") and attack:
+            elif attacker in ("informed", "informed2", "informed3", "informed4") and attack:
                 campaign = {
                     "informed": informed_campaign,
                     "informed2": informed2_campaign,
                     "informed3": informed3_campaign,
+                    "informed4": informed4_campaign,
                 }[attacker]
                 attack = campaign(
                     self.name,
