@@ -288,6 +288,11 @@ def test_a_link_run_on_into_the_next_piece_is_its_own_unless_it_grows_into_anoth
     assert _joined("Book at www.grand-hotel.example", "done") == []
     assert _joined("Book at www.grand-hotel.example.co", "m/deal") == ["grand-hotel.example.com/deal"]
     assert _joined("Book at secure-systems[", ".]example/deal") == ["secure-systems.example/deal"]
+    assert _joined("Book at secure-systems[", ".]example") == ["secure-systems.example"]
+    # Prose run together where a piece ends, in any form a reader reads alike, is no link.
+    assert _joined("Quiet sea.\u200b", "Rooms are big.") == []
+    assert _joined("ＱＵＩＥＴ ＳＥＡ．", "ＲＯＯＭＳ ＡＲＥ ＢＩＧ．") == []
+    assert _joined("Deposit paid:", "done") == []
 
 
 class Letter(BaseModel):

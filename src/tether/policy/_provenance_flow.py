@@ -7,7 +7,6 @@ written into a store in pieces is looked for in what those pieces make together
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -16,7 +15,7 @@ from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import Segment, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
-from tether.policy._provenance_values import Link, find_handles, find_links, public_suffix, unfold
+from tether.policy._provenance_values import Link, find_handles, find_links, link_key, public_suffix, unfold
 
 __all__ = ["confidential_flow", "contained_segments", "joined_handles", "joined_links", "sent_before"]
 
@@ -176,36 +175,60 @@ def joined_handles(call: Any, argument: str, value: str) -> list[str]:
 
 
 _GLUES = ("", " ", "\n")  # how a store may join what it is given
-# A word that ends where it stands: a space, a sentence's mark, the end (not a dot going on).
-_OPENING_WORD = re.compile(r"([^\W\d_]+)(?=[\s,;:!?]|\.(?:\s|$)|$)")
 
 
 def joined_links(call: Any, argument: str, value: str) -> list[Link]:
     """Links (``find_links``) that ``value``, written by the store ``call`` (a tool declared
     ``write``: a file appended to, a note, a memory), makes with the run's earlier pieces of the
     same argument (as ``joined_handles``) and that no piece holds: ``secure-systems[`` then
-    ``.]example/deal`` are read back from the notes as one link. Where the earlier text ends a
-    sentence or a label (``… by the sea.``, ``Deposit:``) and ``value`` opens with a word that
-    is no domain suffix and ends there (``Rooms are big``, ``done``), the two run together are
-    prose, not a host; nor is a link of an earlier piece run on into ``value`` (``_extends``)."""
+    ``.]example/deal`` are read back from the notes as one link. Not one that is a link of an
+    earlier piece run on into ``value`` (``_extends``), nor prose run together (``_run_on``)."""
     kept = _earlier(call, argument) if call.spec.effect is Effect.WRITE else []
     if not kept:
         return []
     alone = {link.key for piece in (*kept, value) for link in find_links(piece)}
-    opening = _OPENING_WORD.match(value)
-    prose = (
-        kept[-1].endswith((".", ":"))
-        and opening is not None
-        and not public_suffix([opening.group(1).casefold()])
-    )
     found: dict[str, Link] = {}
-    for glue in _GLUES[1:] if prose else _GLUES:
-        before = find_links(glue.join(kept))
+    for glue in _GLUES:
+        text = glue.join(kept)
+        before = find_links(text)
         keys = {link.key for link in before}
-        for link in find_links(glue.join([*kept, value])):
-            if link.key not in keys and link.key not in alone and not _extends(link, before):
-                found.setdefault(link.key, link)
+        joined = text + glue + value
+        for link in find_links(joined):
+            if link.key in keys or link.key in alone or _extends(link, before) or _run_on(link, text, joined):
+                continue
+            found.setdefault(link.key, link)
     return list(found.values())
+
+
+def _run_on(link: Link, before: str, joined: str) -> bool:
+    """Whether ``link`` is one sentence's or label's last word and the next one's first, run
+    together where a piece ends (``the sea.`` + ``Rooms are big``, ``Deposit paid:`` + ``done``,
+    ``200.`` + ``Breakfast``): its last label (a URI: what follows its scheme) opens at or before
+    where the new piece begins, is no domain suffix, and ends the link (no path, no port)."""
+    folded = _bare(joined)
+    at = min(len(_bare(before)), len(folded) - len(_bare(joined[len(before) :])))
+    raw = _bare(link.raw)
+    start = folded.find(raw, max(0, at - len(raw)))
+    if start < 0 or not start < at < start + len(raw):
+        return False
+    host = unfold(link.host).rstrip(".")
+    if host:
+        if link.key != link_key(link.host) or not raw.rstrip(".").endswith(host):
+            return False  # a path, a port, or read in another form: a link of its own
+        last = host.rpartition(".")[2]
+        opens = start + len(raw.rstrip(".")) - len(last)
+    else:
+        scheme, _, last = raw.partition(":")
+        opens = start + len(scheme) + 1
+        if not last.isalpha():
+            return False
+    return opens <= at and not public_suffix([last.casefold()])
+
+
+def _bare(text: str) -> str:
+    """``text`` as a reader reads it (NFKC, case folded, no invisible marks), without spaces:
+    a piece's place in the store is the same whatever glue the store put before it."""
+    return "".join(unfold(text).split())
 
 
 def _extends(link: Link, before: list[Link]) -> bool:
