@@ -12,8 +12,16 @@ the tool's own validators reshape, and links written in pieces.
    unquotes its URL went where ``https://evil%2F@allowed`` decodes to. The gate now asks the
    tool's source what the function receives (``Tool.received``, pydantic run as the call
    will run it) and judges that too, taking the stricter decision (``judged_as_received``);
-   the run's records keep what the tool received. The user's own account, written in
-   another form the validator tidies, is still paid unreviewed.
+   the run's records keep what the tool received (so pieces a store decodes are joined as
+   kept). The user's own account, written in another form the validator tidies, is still paid
+   unreviewed.
+2. **a link written into the notes in pieces** (round 26's open ``xfail``): ``secure-systems[``
+   then ``.]example/deal``, neither a link, kept whole by the store and mailed by the next run.
+   A store's (a ``write`` tool's) content is now judged with the run's earlier pieces for the
+   links they make together too (``joined_links``). Prose run together where a piece ends
+   ("the sea." + "Rooms are big", "Deposit paid:" + "done": a last label that is no domain
+   suffix, opening where the piece does, with no path) and a link of an earlier piece run on
+   into the next (its path grown, or its name grown into no suffix) are not new links.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys (round
 three's travel world: its reviews carry the injection), checks what the tools received AND that
