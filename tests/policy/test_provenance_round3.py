@@ -324,7 +324,8 @@ async def test_a_link_appended_in_pieces_and_read_back_is_not_the_stores() -> No
         call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body=body),
     )
     assert world.received == []
-    assert problems(result.events) == ["untrusted_link"]
+    # The piece that completes it is held (round 27), and the mail of it too.
+    assert problems(result.events) == ["untrusted_link", "untrusted_link"]
     world2 = Travel()
     await run(
         world2,

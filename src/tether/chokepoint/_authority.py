@@ -4,7 +4,8 @@ Runners see a narrow interface: ``offered``, ``decide`` (the decision alone, for
 before anything runs), ``call_turn`` / ``call`` and ``recall``. One call goes, in order:
 
     resolve → harness-tool intercept → strict intake → contract validation → Policy (harness
-    tools too) → approval settlement (``_calls.settle``) → effect ledger (``_effects``) → rate
+    tools too; on the arguments as proposed and as the tool's own validators leave them, the
+    stricter decision) → approval settlement (``_calls.settle``) → effect ledger (``_effects``) → rate
     limit → the tool runs (``_run_tool``, the one place) → ``labels.finish`` (cleaning,
     truncation, trust and provenance labels) → one trace event per decision and outcome"""
 
@@ -38,7 +39,7 @@ from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
 from tether.policy._approvals import idempotency_key
 from tether.policy._intake import check_arguments, parse_arguments
-from tether.policy._rules import HARNESS_SOURCE, Decision, Policy, ProposedCall
+from tether.policy._rules import HARNESS_SOURCE, Decision, Policy, ProposedCall, judged_as_received
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
 from tether.tools._contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
@@ -348,7 +349,8 @@ class HostCore:
         """Apply the policy to a call whose arguments passed intake."""
         assert outcome.spec is not None and outcome.arguments is not None
         spec, call = outcome.spec, outcome.call
-        decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
+        proposed = ProposedCall(call.id, spec, outcome.arguments, state)
+        decision = judged_as_received(self.policy, proposed, context, self._received(spec, outcome.arguments))
         if decision.verdict == "approve":
             if self.approvals is not None:
                 return outcome.decided("approve", decision)
@@ -361,6 +363,13 @@ class HostCore:
                 "deny", decision.rule, "approval_unavailable", {**decision.details, "hint": hint}
             )
         return outcome.decided("allow" if decision.allowed else "deny", decision)
+
+    def _received(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """What the tool's function receives where its own validators change ``arguments`` (its
+        source's ``received_arguments``: local tools), else ``None``."""
+        found = self._specs.get(spec.name)
+        received = getattr(found[1], "received_arguments", None) if found is not None else None
+        return received(spec, arguments) if callable(received) else None
 
     def _unknown(self, name: str) -> str:
         for source in self.sources:
@@ -434,13 +443,14 @@ class HostCore:
                 return
         else:
             obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness)
+        # What the tool received (it may have acted on it): as its validators left the arguments.
+        received = o.arguments if harness is not None else self._received(o.spec, o.arguments) or o.arguments
         if crash is not None:
             turn.crashes.append((o.spec.name, crash))
-            # What the tool received (it may have acted on it), as for a call that returned.
-            s.calls.append(CallRecord(o.call.id, o.call.name, o.arguments, "crashed", type(crash).__name__))
+            s.calls.append(CallRecord(o.call.id, o.call.name, received, "crashed", type(crash).__name__))
             return
         turn.observations[o.call.id] = obs
-        record_observation(t, s, obs, o.arguments)
+        record_observation(t, s, obs, received)
 
     async def _effect(self, o: GateOutcome, ctx: ToolContext, scope: CallScope) -> Executed:
         """A side-effecting call through the effect ledger: at most once per idempotency key."""

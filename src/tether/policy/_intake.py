@@ -45,7 +45,7 @@ from tether.core._schema import MAX_DEPTH
 from tether.core._schema import check_arguments as _check_against_schema
 from tether.core._schema_errors import json_type
 from tether.errors import PolicyError
-from tether.policy._rules import Decision, Policy, ProposedCall
+from tether.policy._rules import Decision, Policy, ProposedCall, judged_as_received
 from tether.policy._trusted import TrustedContext
 from tether.tools._contract import Tool, ToolSpec
 
@@ -257,13 +257,10 @@ def parse_envelope(raw: str | bytes) -> tuple[str, dict[str, Any]]:
     return tool, arguments
 
 
-def _specs(tools: Iterable[Tool | ToolSpec] | Mapping[str, Tool | ToolSpec]) -> dict[str, ToolSpec]:
+def _offered(tools: Iterable[Tool | ToolSpec] | Mapping[str, Tool | ToolSpec]) -> dict[str, Tool | ToolSpec]:
+    """The tools by the name each is offered as."""
     items = tools.values() if isinstance(tools, Mapping) else tools
-    out: dict[str, ToolSpec] = {}
-    for t in items:
-        spec: ToolSpec = t if isinstance(t, ToolSpec) else t.spec
-        out[spec.name] = spec
-    return out
+    return {(t if isinstance(t, ToolSpec) else t.spec).name: t for t in items}
 
 
 def propose(
@@ -281,13 +278,16 @@ def propose(
     the rule's reason, e.g. ``cross_tenant``); it raises nothing else for any input.
     """
     name, arguments = parse_envelope(raw_json)
-    spec = _specs(tools).get(name)
+    local = _offered(tools).get(name)
+    spec = local.spec if isinstance(local, Tool) else local
     if spec is None:
         raise PolicyError("unknown_tool", f"no tool named {name[:80]!r} is offered", tool=name[:80])
     args = check_arguments(spec.parameters, arguments)
     needs = False
     if policy is not None:
-        decision: Decision = policy.check(ProposedCall(f"proposal:{name}", spec, args), context)
+        received = local.received(args) if isinstance(local, Tool) else None  # as its validators leave it
+        call = ProposedCall(f"proposal:{name}", spec, args)
+        decision: Decision = judged_as_received(policy, call, context, received)
         if decision.verdict == "deny":
             raise PolicyError(decision.reason, f"{decision.rule}: {decision.reason}", **decision.details)
         needs = decision.verdict == "approve"

@@ -1,21 +1,23 @@
 """Confidential data leaving in a call (``no_flow``): looked for in each argument, and across
 the arguments a reader reads together (a mail's subject and its body), so a secret split
 between two of them is still the secret; and across the calls that carried data out before it
-(``sent_before``), so a secret split between two mails is the secret too. A handle written into
-a store in pieces is looked for in what those pieces make together (``joined_handles``)."""
+(``sent_before``), so a secret split between two mails is the secret too. A handle or a link
+written into a store in pieces is looked for in what those pieces make together
+(``joined_handles``, ``joined_links``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import Segment, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
-from tether.policy._provenance_values import find_handles, unfold
+from tether.policy._provenance_values import Link, find_handles, find_links, link_key, public_suffix, unfold
 
-__all__ = ["confidential_flow", "contained_segments", "joined_handles", "sent_before"]
+__all__ = ["confidential_flow", "contained_segments", "joined_handles", "joined_links", "sent_before"]
 
 
 def sent_before(
@@ -132,14 +134,10 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
 _JOINED_CHARS = 512  # the run's earlier pieces looked at: more than any address or account needs
 
 
-def joined_handles(call: Any, argument: str, value: str) -> list[str]:
-    """Addresses and accounts (``find_handles``) that ``value``, given as ``argument`` to the
-    side-effecting ``call`` (a ``ProposedCall``), makes with what the run's earlier calls of its
-    tool (and those beside it in its turn) gave as the same argument, and that no piece holds (a
-    read keeps nothing: none for it). A store that keeps what it is given (a file appended to, a
-    note, a memory) joins them: an account an injected page gave, written in two appends of ten
-    and thirteen digits, is read back whole from the user's own notes, by this run or by a later
-    run that never saw the page."""
+def _earlier(call: Any, argument: str) -> list[str]:
+    """What the run's earlier calls of ``call``'s tool (and those beside it in its turn) gave as
+    ``argument``, the last ``_JOINED_CHARS`` of it, piece by piece: nothing for a read (it keeps
+    nothing)."""
     if not call.spec.effect.side_effecting:
         return []
     earlier: list[str] = []
@@ -151,14 +149,94 @@ def joined_handles(call: Any, argument: str, value: str) -> list[str]:
         if sum(map(len, kept)) >= _JOINED_CHARS:
             break
         kept.insert(0, piece)
+    return kept
+
+
+def joined_handles(call: Any, argument: str, value: str) -> list[str]:
+    """Addresses and accounts (``find_handles``) that ``value``, given as ``argument`` to the
+    side-effecting ``call`` (a ``ProposedCall``), makes with what the run's earlier calls of its
+    tool (and those beside it in its turn) gave as the same argument, and that no piece holds (a
+    read keeps nothing: none for it). A store that keeps what it is given (a file appended to, a
+    note, a memory) joins them: an account an injected page gave, written in two appends of ten
+    and thirteen digits, is read back whole from the user's own notes, by this run or by a later
+    run that never saw the page."""
+    kept = _earlier(call, argument)
     if not kept:
         return []
     alone = {h for piece in (*kept, value) for h in find_handles(piece)}
     alone |= {h.partition("@")[2] for h in alone if "@" in h}
     found: list[str] = []
-    for glue in ("", " ", "\n"):  # what the earlier pieces made together was judged with the last
+    for glue in _GLUES:  # what the earlier pieces made together was judged with the last
         before = set(find_handles(glue.join(kept)))
         found += [h for h in find_handles(glue.join([*kept, value])) if h not in before]
     # One a piece holds (or its address's domain), extended by what follows it (``…@gmail.com``
     # + ``done``), is that one's.
     return [h for h in dict.fromkeys(found) if not any(a in h or h in a for a in alone)]
+
+
+_GLUES = ("", " ", "\n")  # how a store may join what it is given
+
+
+def joined_links(call: Any, argument: str, value: str) -> list[Link]:
+    """Links (``find_links``) that ``value``, written by the store ``call`` (a tool declared
+    ``write``: a file appended to, a note, a memory), makes with the run's earlier pieces of the
+    same argument (as ``joined_handles``) and that no piece holds: ``secure-systems[`` then
+    ``.]example/deal`` are read back from the notes as one link. Not one that is a link of an
+    earlier piece run on into ``value`` (``_extends``), nor prose run together (``_run_on``)."""
+    kept = _earlier(call, argument) if call.spec.effect is Effect.WRITE else []
+    if not kept:
+        return []
+    alone = {link.key for piece in (*kept, value) for link in find_links(piece)}
+    found: dict[str, Link] = {}
+    for glue in _GLUES:
+        text = glue.join(kept)
+        before = find_links(text)
+        keys = {link.key for link in before}
+        joined = text + glue + value
+        for link in find_links(joined):
+            if link.key in keys or link.key in alone or _extends(link, before) or _run_on(link, text, joined):
+                continue
+            found.setdefault(link.key, link)
+    return list(found.values())
+
+
+def _run_on(link: Link, before: str, joined: str) -> bool:
+    """Whether ``link`` is one sentence's or label's last word and the next one's first, run
+    together where a piece ends (``the sea.`` + ``Rooms are big``, ``Deposit paid:`` + ``done``,
+    ``200.`` + ``Breakfast``): its last label (a URI: what follows its scheme) opens at or before
+    where the new piece begins, is no domain suffix, and ends the link (no path, no port)."""
+    folded = _bare(joined)
+    at = min(len(_bare(before)), len(folded) - len(_bare(joined[len(before) :])))
+    raw = _bare(link.raw)
+    start = folded.find(raw, max(0, at - len(raw)))
+    if start < 0 or not start < at < start + len(raw):
+        return False
+    host = unfold(link.host).rstrip(".")
+    if host:
+        if link.key != link_key(link.host) or not raw.rstrip(".").endswith(host):
+            return False  # a path, a port, or read in another form: a link of its own
+        last = host.rpartition(".")[2]
+        opens = start + len(raw.rstrip(".")) - len(last)
+    else:
+        scheme, _, last = raw.partition(":")
+        opens = start + len(scheme) + 1
+        if not last.isalpha():
+            return False
+    return opens <= at and not public_suffix([last.casefold()])
+
+
+def _bare(text: str) -> str:
+    """``text`` as a reader reads it (NFKC, case folded, no invisible marks), without spaces:
+    a piece's place in the store is the same whatever glue the store put before it."""
+    return "".join(unfold(text).split())
+
+
+def _extends(link: Link, before: list[Link]) -> bool:
+    """Whether ``link`` is one of ``before`` (judged with its own piece) run on into what
+    follows: its path grown (``…/rooms`` + ``Quiet``), or its last label grown into no domain
+    suffix (``….com`` + ``done``). One grown into another suffix (``….example`` +
+    ``s.evil.com``) is a link of its own."""
+    raw = link.raw.casefold()
+    grown = [earlier for earlier in before if raw.startswith(earlier.raw.casefold())]
+    suffix = public_suffix([link.registered.rpartition(".")[2]])
+    return any(link.host == earlier.host or not suffix for earlier in grown)

@@ -33,7 +33,7 @@ from tether.policy._provenance_declarations import (
     declared_rules,
     rules_from_dict,
 )
-from tether.policy._provenance_flow import confidential_flow, joined_handles, sent_before
+from tether.policy._provenance_flow import confidential_flow, joined_handles, joined_links, sent_before
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -353,7 +353,7 @@ class ProvenanceRules:
                         "origins": sorted(handle_classes),
                     },
                 )
-        for link in find_links(text):
+        for link in [*find_links(text), *joined_links(case.call, arg, text)]:
             _look_alike(arg, link.raw, out, shown)
             link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:

@@ -30,6 +30,7 @@ __all__ = [
     "Rule",
     "TargetOwnership",
     "destination_of",
+    "judged_as_received",
 ]
 
 
@@ -171,6 +172,30 @@ class Egress:
         if not found:
             return Decision("deny", self.name, "egress_missing", {"argument": names[0]})
         return None
+
+
+_VERDICT_RANK = {"allow": 0, "approve": 1, "deny": 2}
+
+
+def judged_as_received(
+    policy: Policy, call: ProposedCall, context: TrustedContext, received: Mapping[str, Any] | None
+) -> Decision:
+    """``policy``'s decision on ``call``, and, where the tool's own validators change what its
+    function receives (``received``: a value decoded, stripped, lower-cased, one argument filled
+    from another), on that too: the stricter of the two, for a value is judged as the tool gets
+    it. A decision on both that asks a reviewer says what the tool receives (its secret
+    arguments left out)."""
+    decision = policy.check(call, context)
+    if received is None or dict(received) == call.arguments:
+        return decision
+    other = policy.check(replace(call, arguments=dict(received)), context)
+    if other is not None and _VERDICT_RANK[other.verdict] > _VERDICT_RANK[decision.verdict]:
+        decision = other
+    if decision.verdict == "allow":
+        return decision
+    secret = set(call.spec.secret_arguments)
+    changed = {k: v for k, v in received.items() if k not in secret and call.arguments.get(k, None) != v}
+    return replace(decision, details={**decision.details, "received": changed})
 
 
 def received(call: ProposedCall, argument: str) -> Any:

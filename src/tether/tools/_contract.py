@@ -27,6 +27,7 @@ from typing import (
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticSerializationError
 from typing_extensions import ParamSpec, TypeVar, Unpack
 
 from tether.core._problems import validation_problems
@@ -281,6 +282,22 @@ class Tool(Generic[P, T]):
                 hint="call again with arguments that match the tool's schema exactly",
             ) from None
         return {k: getattr(model, k) for k in self.arguments_model.model_fields}
+
+    def received(self, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """The JSON ``arguments`` as the function receives them, once its own validators ran (a
+        ``BeforeValidator`` that decodes or strips, a ``model_validator`` that fills one argument
+        from another), where that differs from ``arguments``; ``None`` where it does not, or where
+        they fail validation (the call then runs nothing). What only a default filled in, at any
+        depth, is left out, as the call left it: the policy reads the schema's defaults itself."""
+        if self._plain is not None:
+            return None  # bare types, no validators: what is given is what is received
+        try:
+            text = _ARGUMENTS_JSON.encode(arguments)
+            model = self.arguments_model.model_validate_json(text, strict=True)
+            out = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        except (ValidationError, PydanticSerializationError, ValueError, TypeError):
+            return None
+        return None if out == arguments else out
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
         """Run the tool on JSON arguments the host's gate has checked (``validate`` them first

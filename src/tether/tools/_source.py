@@ -59,6 +59,11 @@ class LocalTools:
     def validate(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return self.get(name).validate(arguments)
 
+    def received_arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """``arguments`` as the tool's function receives them, where its validators change them
+        (``Tool.received``); ``None`` where they do not."""
+        return self.get(spec.remote_name or spec.name).received(arguments)
+
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
         return await self.get(spec.remote_name or spec.name).invoke(arguments, context)
 
