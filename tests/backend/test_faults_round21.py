@@ -8,19 +8,35 @@ chat server after a fallback: the call and its result go with the id cut to 40 c
 digest of the whole, the two still paired (before: sent as they came, refused with HTTP 400,
 every model failed, ``model_error``; ``_base.short_call_id``, used by the chat encoder). An id
 of 40 characters or fewer goes as it came.
+
+SIGINT or SIGTERM to ``tether run`` mid-stream, on every protocol: the run ends with its own stop
+reason, ``interrupted`` (exit 130), as a passed deadline ends it ``deadline``: the summary
+printed, the trace closed with its ``stop`` event, what the cut call was billed counted and
+traced as cut by the signal, the run checkpointed where it has an approval store, and ``tether
+resume`` (the command the summary names) finishes it, no call run twice. A second signal is
+raised as if none were caught. Before: SIGINT printed a ``KeyboardInterrupt`` traceback and
+SIGTERM killed the process, with no summary, no ``stop`` event and nothing to resume; a billed
+call was traced as "cut by the run's deadline" (``runners._interrupt``, ``cli run.drive``).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS
+import yaml
+from test_faults_heldout import ANSWER, ORDER, SERVERS, write_agent
 from test_faults_round10 import run_agent
 from test_faults_round12 import ids_in
 
-from tether_testing.fake_server import Reply, scripted
+from tether_testing.fake_server import Pause, Reply, scripted
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
@@ -84,3 +100,80 @@ def test_a_fallback_to_openai_chat_sends_a_long_call_id_as_it_accepts_it(
         assert calls == results == [first_id] and len(first_id) <= 40, (calls, first_id)
         [given] = responses[0]["tool_calls"]
         assert (given["id"] == first_id) == kept and (given["id"] == VLLM_ID) != kept, (given, first_id)
+
+
+# -- a signal to `tether run` mid-stream --------------------------------------------------------
+
+
+def stalled(items: list[Any]) -> list[Any]:
+    """The answer's first two events, then a stall a run never waits out."""
+    return [*items[:2], Pause(120), *items[2:]]
+
+
+def start_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
+    """The order agent with an approval store (``approvals.db``): a stopped run is checkpointed."""
+    path = write_agent(tmp_path, model)
+    spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    spec["policy"] = {"approvals_db": "approvals.db"}
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+def tether_cli(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "OPENAI_API_KEY": "sk-r21", "ANTHROPIC_API_KEY": "sk-r21"}
+    cmd = [sys.executable, "-m", "tether.cli", *argv, "--json"]
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "signum"),
+    [("openai-chat", signal.SIGINT), ("anthropic", signal.SIGTERM), ("openai-responses", signal.SIGINT)],
+)
+def test_a_signal_mid_stream_stops_the_run_interrupted_and_resume_finishes_it(
+    tmp_path: Path, provider: str, signum: int
+) -> None:
+    """SIGINT or SIGTERM to ``tether run`` while the model's second answer streams: the run
+    ends ``interrupted`` (exit 130), its summary printed, the trace closed with its ``stop``
+    event, what the cut call was billed traced as cut by the signal (not by a deadline), and the
+    run checkpointed: ``tether resume`` (the command the summary names) finishes it with the
+    answer, the tool never run twice (before: SIGINT printed a ``KeyboardInterrupt`` traceback,
+    SIGTERM killed the process; no summary, no ``stop`` event, nothing to resume, and a billed
+    call traced as cut by the run's deadline)."""
+    asked = threading.Event()
+    replies = [Reply.calls(ORDER), Reply.text(ANSWER, edit=stalled), Reply.text(ANSWER)]
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        if index == 1:
+            asked.set()
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    with SERVERS[provider](respond) as server:
+        model = {
+            "provider": provider,
+            "name": "m-1",
+            "base_url": server.url,
+            "streaming": True,
+            "timeout_s": 300,
+        }
+        path = start_agent(tmp_path, model)
+        run = tether_cli(tmp_path, "run", "Why is 742 open?", "--agent", str(path))
+        assert asked.wait(60), run.communicate()
+        run.send_signal(signum)
+        stdout, stderr = run.communicate(timeout=60)
+        assert run.returncode == 130, stderr
+        out = json.loads(stdout.strip().splitlines()[-1])
+        name = signal.Signals(signum).name
+        assert (out["stop_reason"], out["answer"], out["ok"]) == ("interrupted", None, False), out
+        assert out["detail"] == f"stopped by {name} while the model was answering", out
+        events = [json.loads(line) for line in Path(out["trace"]).read_text().splitlines()]
+        assert events[-1]["kind"] == "stop" and events[-1]["reason"] == "interrupted", events[-1]
+        cut = [e["error"] for e in events if e["kind"] == "model_error"]
+        assert all(f"interrupt ({name})" in e for e in cut), cut
+        [resume] = out["next"]
+        resumed = tether_cli(tmp_path, *resume.split()[1:])
+        stdout, stderr = resumed.communicate(timeout=120)
+        done = json.loads(stdout.strip().splitlines()[-1])
+        assert (resumed.returncode, done["stop_reason"], done["answer"]) == (0, "accepted", ANSWER), stderr
+        assert len(server.bodies()) == 3  # the call ran once: the resumed run asked for the answer only

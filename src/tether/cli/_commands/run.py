@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.cli._commands._options import (
     add_model_options,
@@ -30,6 +30,9 @@ from tether.clisupport.output import (
 )
 from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
 from tether.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tether.runners._interrupt import Interrupt
 
 NEEDS_AGENT = (
     "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
@@ -122,6 +125,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     import anyio
 
     from tether.agents._record import RecordSink
+    from tether.runners._interrupt import interruptible
 
     host = built.host
     if progress_wanted(args.json):
@@ -131,8 +135,13 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
 
     async def main() -> Any:
         try:
-            async with host:
-                return await host.run(built.agent, objective, context=built.context)
+            with interruptible() as interrupt:
+                async with anyio.create_task_group() as watch:
+                    watch.start_soon(_stop_on_signal, interrupt)
+                    async with host:
+                        result = await host.run(built.agent, objective, context=built.context)
+                    watch.cancel_scope.cancel()
+                return result
         finally:
             await built.aclose()
 
@@ -150,6 +159,24 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         backend=built.agent.model,
         **extra,
     )
+
+
+async def _stop_on_signal(interrupt: Interrupt) -> None:
+    """SIGINT or SIGTERM stops the run (``interrupted``: its trace and checkpoint written, as a
+    deadline's stop writes them); a second one is raised as if none were caught (Ctrl-C twice:
+    ``KeyboardInterrupt``; SIGTERM twice: the process ends)."""
+    import signal
+
+    import anyio
+
+    if sys.platform == "win32":  # no signal receiver there: Ctrl-C raises as it always did
+        return
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for number in signals:
+            if interrupt.why is not None:
+                break
+            interrupt.stop(signal.Signals(number).name)
+    signal.raise_signal(number)  # the receiver closed: the signal's own handler
 
 
 def report(
@@ -241,7 +268,10 @@ def unavailable_servers(host: Any) -> dict[str, str]:
 def next_steps(
     result: Any, db: Path | None, *, config: Path | None = None, agent: Path | None = None
 ) -> list[str]:
-    """Complete commands that continue a paused run: decide or answer first, then resume."""
+    """Complete commands that continue a paused run: decide or answer first, then resume (an
+    interrupted run: resume it)."""
+    if str(result.stop_reason) == "interrupted" and db is not None:
+        return [f"tether resume {result.run_id} --db {db}"]
     if str(result.stop_reason) != "approval_required" or db is None:
         return []
     steps: list[str] = []
