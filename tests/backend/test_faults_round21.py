@@ -17,6 +17,12 @@ resume`` (the command the summary names) finishes it, no call run twice. A secon
 raised as if none were caught. Before: SIGINT printed a ``KeyboardInterrupt`` traceback and
 SIGTERM killed the process, with no summary, no ``stop`` event and nothing to resume; a billed
 call was traced as "cut by the run's deadline" (``runners._interrupt``, ``cli run.drive``).
+
+The retries a model took before it failed are traced: with the switch to the next model of a
+chain (``model_response``'s ``fallback_from``: each retry's kind, attempt and wait) and on the
+``model_error`` that ends a run (every model's, named; ``ModelError.retries``). Before: only the
+last error was said, and the waits the run spent on a model that then failed (a
+``retry-after-ms``, an HTTP date gone by, backoff) were nowhere in the trace.
 """
 
 from __future__ import annotations
@@ -177,3 +183,53 @@ def test_a_signal_mid_stream_stops_the_run_interrupted_and_resume_finishes_it(
         done = json.loads(stdout.strip().splitlines()[-1])
         assert (resumed.returncode, done["stop_reason"], done["answer"]) == (0, "accepted", ANSWER), stderr
         assert len(server.bodies()) == 3  # the call ran once: the resumed run asked for the answer only
+
+
+# -- the retries a failed model took, in the trace ----------------------------------------------
+
+PASSED = "Wed, 21 Oct 2015 07:28:00 GMT"  # an HTTP date gone by: no wait
+
+
+def busy(**headers: str) -> Reply:
+    return Reply.error(429, "slow down", headers=headers)
+
+
+@pytest.mark.parametrize("fallback", ["anthropic", "openai-responses"])
+def test_the_retries_a_failed_model_took_are_traced_with_the_switch_and_the_model_error(
+    tmp_path: Path, fallback: str
+) -> None:
+    """The primary answers 429 three times, its waits said as ``retry-after-ms: 20``, an HTTP
+    date gone by, then a 503 with none (backoff): it gives up after its two retries, and the
+    fallback answers. The switch in the trace names each retry the primary took, its kind and
+    its wait (before: only its last error; the waits the run spent on it were nowhere); where
+    the fallback fails too, the ``model_error`` event lists every model's retries."""
+    each: dict[str, Any] = {"max_retries": 2, "timeout_s": 5}
+    failing = [busy(**{"retry-after-ms": "20"}), busy(**{"retry-after": PASSED}), Reply.error(503, "down")]
+    for answers in (True, False):
+        backup = [Reply.calls(ORDER), Reply.text(ANSWER)] if answers else [Reply.error(503, "down")] * 3
+        with SERVERS["openai-chat"](scripted(failing)) as a, SERVERS[fallback](scripted(backup)) as b:
+            second = {"provider": fallback, "name": "m-b", "base_url": b.url, "transport": "http", **each}
+            model = {
+                "provider": "openai-chat",
+                "name": "m-a",
+                "base_url": a.url,
+                "fallback": [second],
+                **each,
+            }
+            code, out, responses = run_agent(tmp_path, model)
+        events = [json.loads(line) for line in Path(out["trace"]).read_text().splitlines()]
+        first = [
+            {"kind": "rate_limited", "attempt": 1, "delay_s": 0.02},
+            {"kind": "rate_limited", "attempt": 2},
+        ]
+        if answers:
+            assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+            [moved] = responses[0]["fallback_from"]
+            taken = moved["retries"]
+        else:
+            assert (code, out["stop_reason"]) == (7, "model_error"), out
+            [failed] = [e for e in events if e["kind"] == "model_error"]
+            taken = failed["retries"]
+            assert [r.pop("model") for r in taken] == ["m-a", "m-a", "m-b", "m-b"], taken
+            assert [r["kind"] for r in taken[2:]] == ["server_error"] * 2, taken
+        assert taken[0] == first[0] and taken[1]["delay_s"] == 0 and taken[1]["kind"] == "rate_limited", taken

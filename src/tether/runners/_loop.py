@@ -284,9 +284,11 @@ class AgentLoop:
 
     def _count_billed(self, err: ModelError) -> dict[str, Any]:
         """What the failed attempts of a model call were billed (``ModelError.usage``), counted
-        against the run's budgets all the same; the counts, for the ``model_error`` event."""
+        against the run's budgets all the same; the counts and the retries taken, for the
+        ``model_error`` event."""
+        taken = {"retries": err.retries} if err.retries else {}  # the waits before it gave up
         if not isinstance(err.usage, Usage):
-            return {}
+            return taken
         s = self.state
         s.usage, s.cost_usd = s.usage + err.usage, s.cost_usd + err.cost_usd
         usage = err.usage
@@ -294,6 +296,7 @@ class AgentLoop:
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "cost_usd": err.cost_usd,
+            **taken,
         }
 
     def _count_unsettled(self, bill: Unsettled) -> None:

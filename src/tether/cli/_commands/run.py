@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,13 +137,9 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
 
     async def main() -> Any:
         try:
-            with interruptible() as interrupt:
-                async with anyio.create_task_group() as watch:
-                    watch.start_soon(_stop_on_signal, interrupt)
-                    async with host:
-                        result = await host.run(built.agent, objective, context=built.context)
-                    watch.cancel_scope.cancel()
-                return result
+            with interruptible() as interrupt, _stopped_by_signals(interrupt):
+                async with host:
+                    return await host.run(built.agent, objective, context=built.context)
         finally:
             await built.aclose()
 
@@ -161,22 +159,38 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     )
 
 
-async def _stop_on_signal(interrupt: Interrupt) -> None:
+@contextmanager
+def _stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
     """SIGINT or SIGTERM stops the run (``interrupted``: its trace and checkpoint written, as a
     deadline's stop writes them); a second one is raised as if none were caught (Ctrl-C twice:
-    ``KeyboardInterrupt``; SIGTERM twice: the process ends)."""
+    ``KeyboardInterrupt``; SIGTERM twice: the process ends). Where the loop cannot take signal
+    handlers (another thread, Windows), signals act as they always did."""
+    import asyncio
     import signal
 
-    import anyio
+    loop = asyncio.get_running_loop()
+    numbers = (signal.SIGINT, signal.SIGTERM)
 
-    if sys.platform == "win32":  # no signal receiver there: Ctrl-C raises as it always did
-        return
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for number in signals:
-            if interrupt.why is not None:
-                break
-            interrupt.stop(signal.Signals(number).name)
-    signal.raise_signal(number)  # the receiver closed: the signal's own handler
+    def received(number: signal.Signals) -> None:
+        if interrupt.why is None:
+            interrupt.stop(number.name)
+            return
+        for n in numbers:  # the second: as if none were caught
+            loop.remove_signal_handler(n)
+        signal.raise_signal(number)
+
+    taken: list[signal.Signals] = []
+    try:
+        for number in numbers:
+            loop.add_signal_handler(number, received, number)
+            taken.append(number)
+    except (NotImplementedError, RuntimeError, ValueError):  # no handlers here
+        pass
+    try:
+        yield
+    finally:
+        for number in taken:
+            loop.remove_signal_handler(number)
 
 
 def report(
