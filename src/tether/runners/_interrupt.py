@@ -1,4 +1,5 @@
-"""Stopping the runs of a process from outside: a signal (SIGINT, SIGTERM) to ``tether run``.
+"""Stopping the runs of a process from outside: a signal (SIGINT, SIGTERM) to ``tether run`` or
+``tether resume`` (``on_signals_stop``, around what they hand ``anyio.run``).
 
 ``interruptible()`` opens an ``Interrupt`` for the code under it (a context variable, so the
 runs it starts, and their subagents, see it); each run's loop holds its steps' cancel scope
@@ -11,13 +12,14 @@ cancels the run as it always did.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["Interrupt", "current_interrupt", "interruptible"]
+__all__ = ["Interrupt", "current_interrupt", "interruptible", "on_signals_stop", "stopped_by_signals"]
 
 
 class Interrupt:
@@ -63,3 +65,47 @@ def interruptible() -> Iterator[Interrupt]:
         yield interrupt
     finally:
         _CURRENT.reset(token)
+
+
+@contextmanager
+def stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
+    """SIGINT or SIGTERM stops the run (``interrupted``: its trace and checkpoint written, as a
+    deadline's stop writes them); a second one is raised as if none were caught (Ctrl-C twice:
+    ``KeyboardInterrupt``; SIGTERM twice: the process ends). Where the loop cannot take signal
+    handlers (another thread, Windows), signals act as they always did."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()  # tether's commands run on asyncio (``anyio.run``'s default)
+    numbers = (signal.SIGINT, signal.SIGTERM)
+
+    def received(number: signal.Signals) -> None:
+        if interrupt.why is None:
+            interrupt.stop(number.name)
+            return
+        for n in numbers:  # the second: as if none were caught
+            loop.remove_signal_handler(n)
+        signal.raise_signal(number)
+
+    taken: list[signal.Signals] = []
+    try:
+        for number in numbers:
+            loop.add_signal_handler(number, received, number)
+            taken.append(number)
+    except (NotImplementedError, RuntimeError, ValueError):  # no handlers here
+        pass
+    try:
+        yield
+    finally:
+        for number in taken:
+            loop.remove_signal_handler(number)
+
+
+T = TypeVar("T")
+
+
+async def on_signals_stop(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await fn(*args)`` with SIGINT and SIGTERM stopping its runs (``stopped_by_signals``):
+    what ``tether run`` and ``tether resume`` hand ``anyio.run``."""
+    with interruptible() as interrupt, stopped_by_signals(interrupt):
+        return await fn(*args)

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether.cli._commands._options import (
     add_model_options,
@@ -32,9 +30,6 @@ from tether.clisupport.output import (
 )
 from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
 from tether.errors import ConfigError
-
-if TYPE_CHECKING:
-    from tether.runners._interrupt import Interrupt
 
 NEEDS_AGENT = (
     "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
@@ -127,7 +122,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     import anyio
 
     from tether.agents._record import RecordSink
-    from tether.runners._interrupt import interruptible
+    from tether.runners._interrupt import on_signals_stop
 
     host = built.host
     if progress_wanted(args.json):
@@ -137,13 +132,12 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
 
     async def main() -> Any:
         try:
-            with interruptible() as interrupt, _stopped_by_signals(interrupt):
-                async with host:
-                    return await host.run(built.agent, objective, context=built.context)
+            async with host:
+                return await host.run(built.agent, objective, context=built.context)
         finally:
             await built.aclose()
 
-    result = anyio.run(main)
+    result = anyio.run(on_signals_stop, main)
     if not args.json and getattr(built.agent.model, "stream", False):
         sys.stderr.write("\n")
     trace_results = getattr(args, "trace_results", False) or built.agent_file.spec.trace.results
@@ -157,40 +151,6 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         backend=built.agent.model,
         **extra,
     )
-
-
-@contextmanager
-def _stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
-    """SIGINT or SIGTERM stops the run (``interrupted``: its trace and checkpoint written, as a
-    deadline's stop writes them); a second one is raised as if none were caught (Ctrl-C twice:
-    ``KeyboardInterrupt``; SIGTERM twice: the process ends). Where the loop cannot take signal
-    handlers (another thread, Windows), signals act as they always did."""
-    import asyncio
-    import signal
-
-    loop = asyncio.get_running_loop()
-    numbers = (signal.SIGINT, signal.SIGTERM)
-
-    def received(number: signal.Signals) -> None:
-        if interrupt.why is None:
-            interrupt.stop(number.name)
-            return
-        for n in numbers:  # the second: as if none were caught
-            loop.remove_signal_handler(n)
-        signal.raise_signal(number)
-
-    taken: list[signal.Signals] = []
-    try:
-        for number in numbers:
-            loop.add_signal_handler(number, received, number)
-            taken.append(number)
-    except (NotImplementedError, RuntimeError, ValueError):  # no handlers here
-        pass
-    try:
-        yield
-    finally:
-        for number in taken:
-            loop.remove_signal_handler(number)
 
 
 def report(
@@ -375,6 +335,8 @@ def run_scenario(args: argparse.Namespace) -> int:
     host = lab.make_host(out, inject=args.inject, memory=lab.memory_store(mem_path))
     host.secrets = frozenset(secrets)  # the tracer redacts the key should anything echo it
 
+    from tether.runners._interrupt import on_signals_stop
+
     async def main() -> Any:
         try:
             async with host:
@@ -383,7 +345,7 @@ def run_scenario(args: argparse.Namespace) -> int:
             if backend is not None and hasattr(backend, "aclose"):
                 await backend.aclose()
 
-    result = anyio.run(main)
+    result = anyio.run(on_signals_stop, main)
     if args.model and not args.json:
         sys.stderr.write("\n")
     return report(result, host, args, db=None, scenario=args.scenario, model=agent.model.name)
