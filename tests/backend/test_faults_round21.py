@@ -233,3 +233,35 @@ def test_the_retries_a_failed_model_took_are_traced_with_the_switch_and_the_mode
             assert [r.pop("model") for r in taken] == ["m-a", "m-a", "m-b", "m-b"], taken
             assert [r["kind"] for r in taken[2:]] == ["server_error"] * 2, taken
         assert taken[0] == first[0] and taken[1]["delay_s"] == 0 and taken[1]["kind"] == "rate_limited", taken
+
+
+# -- a fallback after a stream cut mid-call ------------------------------------------------------
+
+
+def cut_mid_call(items: list[Any]) -> list[Any]:
+    """The call's name and the first piece of its arguments, then a stall past the timeout."""
+    return [*items[:3], Pause(120)]
+
+
+@pytest.mark.parametrize("first", ["openai-chat", "anthropic", "openai-responses"])
+def test_a_stream_cut_mid_call_moves_to_the_fallback_and_the_half_call_never_runs(
+    tmp_path: Path, first: str
+) -> None:
+    """Held (pinned): the primary streams the start of a call (``read_order`` with a piece of its
+    arguments) and stalls past its ``timeout_s``; no retry left, the chain moves to another
+    protocol's model, whose call runs once and whose answer is accepted. The half call is never
+    run nor sent on: the fallback's first request holds the question alone."""
+    other = "anthropic" if first != "anthropic" else "openai-chat"
+    each: dict[str, Any] = {"max_retries": 0, "timeout_s": 2, "streaming": True}
+    with (
+        SERVERS[first](scripted([Reply.calls(ORDER, edit=cut_mid_call, chunks=4)])) as a,
+        SERVERS[other](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as b,
+    ):
+        second = {"provider": other, "name": "m-b", "base_url": b.url, **each}
+        model = {"provider": first, "name": "m-a", "base_url": a.url, "fallback": [second], **each}
+        code, out, responses = run_agent(tmp_path, model)
+        asked = b.bodies()[0]
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [c["status"] for c in out["calls"]] == ["ok"], out
+    assert "timeout" in responses[0]["fallback_from"][0]["error"], responses[0]
+    assert "read_order" not in json.dumps(asked.get("messages") or asked.get("input")), asked
