@@ -265,3 +265,23 @@ def test_a_stream_cut_mid_call_moves_to_the_fallback_and_the_half_call_never_run
     assert [c["status"] for c in out["calls"]] == ["ok"], out
     assert "timeout" in responses[0]["fallback_from"][0]["error"], responses[0]
     assert "read_order" not in json.dumps(asked.get("messages") or asked.get("input")), asked
+
+
+def test_a_run_in_process_leaves_the_callers_signal_handlers_as_they_were(tmp_path: Path) -> None:
+    """``tether run`` called in process (``main``) takes SIGINT and SIGTERM only while its run
+    is under way: the caller's own handlers are back after it, and the run is accepted."""
+
+    def own(number: int, frame: object) -> None:  # pragma: no cover - never sent
+        raise AssertionError(number)
+
+    before = signal.signal(signal.SIGTERM, own)
+    try:
+        with SERVERS["openai-chat"](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+            code, out, _ = run_agent(
+                tmp_path, {"provider": "openai-chat", "name": "m-1", "base_url": server.url}
+            )
+        assert (code, out["stop_reason"]) == (0, "accepted"), out
+        assert signal.getsignal(signal.SIGTERM) is own
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -87,6 +87,7 @@ def stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
             loop.remove_signal_handler(n)
         signal.raise_signal(number)
 
+    before = {number: signal.getsignal(number) for number in numbers}  # the caller's, put back after
     taken: list[signal.Signals] = []
     try:
         for number in numbers:
@@ -99,6 +100,8 @@ def stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
     finally:
         for number in taken:
             loop.remove_signal_handler(number)
+            if before[number] is not None:
+                signal.signal(number, before[number])
 
 
 T = TypeVar("T")
