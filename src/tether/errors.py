@@ -132,9 +132,19 @@ class ModelError(RunError):
     """The model backend failed (transport, protocol, malformed output beyond retries).
     ``usage`` and ``cost_usd``: what the provider billed for the attempts that failed (a
     stream cut after it reported its usage, an answer refused as garbled), which the run's
-    budgets count all the same; None and 0.0 when it reported nothing."""
+    budgets count all the same; None and 0.0 when it reported nothing. ``retries``: each retry
+    taken before it (kind, attempt, the wait in seconds, and the model of a fallback chain),
+    for the trace."""
 
-    def __init__(self, message: str, *, usage: Any = None, cost_usd: float = 0.0):
+    def __init__(
+        self,
+        message: str,
+        *,
+        usage: Any = None,
+        cost_usd: float = 0.0,
+        retries: list[dict[str, Any]] | None = None,
+    ):
         super().__init__("model_error", message)
         self.usage = usage
         self.cost_usd = cost_usd
+        self.retries = list(retries or ())

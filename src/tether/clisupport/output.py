@@ -24,6 +24,7 @@ EXIT_CODES = {
         5: "approval_required",
         6: "dependency_unavailable",
         7: "model_error truncated model_refused internal_error",
+        130: "interrupted",
     }.items()
     for reason in reasons.split()
 }
@@ -39,6 +40,7 @@ EXIT_MEANINGS = {
     5: "waiting for a person: an approval or an answer",
     6: "a dependency was unavailable (also: accepted, but some calls failed)",
     7: "model or internal error (also truncated, model_refused)",
+    130: "interrupted (SIGINT, SIGTERM): the run stopped, its trace and checkpoint written",
 }
 EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items()) + "."
 ENVELOPE = ("ok", "exit", "stop_reason", "error", "message")

@@ -60,6 +60,7 @@ class StopReason(StrEnum):
     TRUNCATED = "truncated"  # the final answer was cut at the output-token limit
     MODEL_REFUSED = "model_refused"  # the provider refused or filtered the final answer
     INTERNAL_ERROR = "internal_error"
+    INTERRUPTED = "interrupted"  # stopped from outside (SIGINT, SIGTERM to ``tether run``)
 
 
 class Effect(StrEnum):

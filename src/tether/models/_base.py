@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ __all__ = [
     "later_finish",
     "paired",
     "repeated_prefix",
+    "short_call_id",
     "unique_call_ids",
     "whole_json",
     "whole_text",
@@ -205,6 +207,18 @@ def _whole_value(value: Any) -> Any:
 # one in the next request ("string too long. Expected a string with maximum length 40", HTTP 400),
 # and its own ids (``call_`` and 24 characters) with the suffix were 42.
 MAX_CALL_ID = 40
+
+
+def short_call_id(call_id: str) -> str:
+    """A call's id as a chat API that takes at most ``MAX_CALL_ID`` characters accepts it: as it
+    is, or, for a longer one (vLLM's ``chatcmpl-tool-`` and 32 hex digits, 46 characters, sent to
+    OpenAI after a fallback), its first characters and a digest of the whole (two ids that
+    differ only past the cut stay two). The same id always gives the same one: a call and its
+    result still pair."""
+    if len(call_id) <= MAX_CALL_ID:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{call_id[: MAX_CALL_ID - 13]}_{digest}"
 
 
 def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:

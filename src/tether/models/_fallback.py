@@ -58,7 +58,7 @@ class FallbackModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """The answer of the first model that gives one; raises ``ModelError`` listing every
         model's error when none does."""
-        failed: list[dict[str, str]] = []
+        failed: list[dict[str, Any]] = []
         spent, cost = Usage(), 0.0  # what the models that failed were billed
         while True:
             model = self.models[self.active]
@@ -69,12 +69,17 @@ class FallbackModel:
                 raise
             except ModelError as err:
                 failed.append({"model": model.name, "error": str(err)[:500]})
+                if err.retries:  # the waits taken on it, traced with the switch
+                    failed[-1]["retries"] = err.retries
                 if isinstance(err.usage, Usage):
                     spent, cost = spent + err.usage, cost + err.cost_usd
                 if self.active + 1 >= len(self.models):
                     tried = "; ".join(f"{f['model']}: {f['error']}" for f in failed)
                     usage = spent if spent.total_tokens else None
-                    raise ModelError(f"every model failed: {tried}", usage=usage, cost_usd=cost) from None
+                    taken = [{**r, "model": f["model"]} for f in failed for r in f.get("retries", ())]
+                    raise ModelError(
+                        f"every model failed: {tried}", usage=usage, cost_usd=cost, retries=taken
+                    ) from None
                 self.active += 1
                 self.switches.append({**failed[-1], "to": self.models[self.active].name})
                 continue

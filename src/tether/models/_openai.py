@@ -47,10 +47,10 @@ from typing import Any, Literal, Unpack
 
 from pydantic_core import to_json
 
-from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
+from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
+from tether.models._base import MAX_CALL_ID, ModelRequest, ModelResponse, count, larger_usage, short_call_id
 from tether.models._failures import is_error
 from tether.models._json import loads
 from tether.models._memo import ConversationMemo
@@ -155,7 +155,11 @@ class OpenAICompatible(OpenAIBackend):
             self._cache_used -= len(hit)  # a stale entry for a reused id
             del held[key]
         wire = message.wire()
+        if isinstance(message, ToolMessage) and len(message.tool_call_id) > MAX_CALL_ID:
+            wire["tool_call_id"] = short_call_id(message.tool_call_id)  # another server's long id
         if isinstance(message, AssistantMessage):
+            for call in wire.get("tool_calls", ()):
+                call["id"] = short_call_id(call["id"])
             if wire.get("content") is None and message.tool_calls:
                 # A turn of tool calls only: "" rather than null, which llama.cpp's Python server
                 # refuses (its validation wants a string; its chat templates read the field).

@@ -231,20 +231,20 @@ class RetryingBackend(ABC):
                 except Retryable as caught:
                     err = caught
                 except ModelError as final:
-                    raise self._failed(self._scrub(str(final)), spent, tally) from None
+                    raise self._failed(self._scrub(str(final)), spent, tally, taken) from None
                 finally:
                     _ATTEMPT.reset(held)
-                detail = self._scrub(str(err))
+                said = f"{self.model}: {err.kind}: {self._scrub(str(err))}"
                 too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
                 if len(taken) >= retry.max_retries or too_long:
                     why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
-                    raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
+                    raise self._failed(f"{said} ({why})", spent, tally, taken) from None
                 delay = retry.delay(len(taken), err.retry_after, self._rand())
                 if (left := anyio.current_effective_deadline() - anyio.current_time()) <= delay:
                     # Sleeping would only end the run at its deadline, the cause unsaid.
                     wait = "Retry-After" if err.retry_after is not None else "backoff"
                     why = f"{wait} of {delay:g}s would pass the deadline, {max(left, 0):.3g}s away"
-                    raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
+                    raise self._failed(f"{said} ({why})", spent, tally, taken) from None
                 if (now := tally.billed()) is not None:
                     spent.append(now)
                 tally = None
@@ -265,12 +265,15 @@ class RetryingBackend(ABC):
     def _spent_cost(self, usage: Usage) -> float:
         return self.price.cost(usage) if self.price is not None else 0.0
 
-    def _failed(self, message: str, spent: list[Usage], tally: _Tally | None) -> ModelError:
-        """The ``ModelError`` that ends the call, with what every failed attempt was billed."""
+    def _failed(
+        self, message: str, spent: list[Usage], tally: _Tally | None, taken: list[dict[str, Any]]
+    ) -> ModelError:
+        """The ``ModelError`` that ends the call, with what every failed attempt was billed and
+        the retries taken before it (``retries``: their kinds and waits, for the trace)."""
         usage = _so_far(spent, tally)
         if not usage.total_tokens:
-            return ModelError(message)
-        return ModelError(message, usage=usage, cost_usd=self._spent_cost(usage))
+            return ModelError(message, retries=taken)
+        return ModelError(message, usage=usage, cost_usd=self._spent_cost(usage), retries=taken)
 
     def _with_spent(self, response: ModelResponse, spent: list[Usage]) -> ModelResponse:
         """The answer with what the failed attempts before it were billed added to its usage and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelE
 from tether.models._base import ModelResponse, finish_problem
 from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
+from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
@@ -37,6 +39,9 @@ _DEADLINE_DETAIL = {
     "model": "deadline passed while the model was thinking",
     "tools": "deadline passed while tools were running",
 }
+
+# What a run was doing when it was interrupted, as its stop detail says it.
+_INTERRUPT_DETAIL = {"model": " while the model was answering", "tools": " while tools were running"}
 
 _RESPONSE_FIELDS = frozenset(
     {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
@@ -147,11 +152,16 @@ class AgentLoop:
                     s.trajectory.append(recalled)
                 s.trajectory.extend(self.engine.opening(s.objective))
             # One cancel scope around the run's steps; settlement and checkpoints are shielded.
-            with self._deadline():
+            # An interrupt (a signal to ``tether run``) cancels it as the deadline does.
+            interrupt = current_interrupt()
+            with self._deadline() as scope, interrupt.holding(scope) if interrupt else nullcontext():
                 if pending:
                     # Finish the turn the run paused in; its calls are settled against the store again.
                     await self._act(pending)
                 answer = await self._loop()
+            if answer is None and interrupt is not None and interrupt.why is not None:
+                where = _INTERRUPT_DETAIL.get(self._phase or "", "")
+                raise StopRun(StopReason.INTERRUPTED, f"stopped by {interrupt.why}{where}")
             if answer is None:  # the deadline's scope cancelled the loop
                 passed = f"deadline of {self.limits.deadline_s}s passed"
                 detail = _DEADLINE_DETAIL.get(self._phase or "", passed)
@@ -274,9 +284,11 @@ class AgentLoop:
 
     def _count_billed(self, err: ModelError) -> dict[str, Any]:
         """What the failed attempts of a model call were billed (``ModelError.usage``), counted
-        against the run's budgets all the same; the counts, for the ``model_error`` event."""
+        against the run's budgets all the same; the counts and the retries taken, for the
+        ``model_error`` event."""
+        taken = {"retries": err.retries} if err.retries else {}  # the waits before it gave up
         if not isinstance(err.usage, Usage):
-            return {}
+            return taken
         s = self.state
         s.usage, s.cost_usd = s.usage + err.usage, s.cost_usd + err.cost_usd
         usage = err.usage
@@ -284,18 +296,21 @@ class AgentLoop:
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "cost_usd": err.cost_usd,
+            **taken,
         }
 
     def _count_unsettled(self, bill: Unsettled) -> None:
-        """What a call cut from outside (the run's deadline) was billed, counted against the
+        """What a call cut from outside (the run's deadline, an interrupt) was billed, counted against the
         run's budgets and traced (``model_error``, with the counts)."""
         if not bill.usage.total_tokens and not bill.cost_usd:
             return
         s, usage = self.state, bill.usage
         s.usage, s.cost_usd = s.usage + usage, s.cost_usd + bill.cost_usd
+        interrupt = current_interrupt()
+        by = f"an interrupt ({interrupt.why})" if interrupt and interrupt.why else "the run's deadline"
         self.tracer.emit(
             EventKind.MODEL_ERROR,
-            error="the model call was cut by the run's deadline after the provider billed it",
+            error=f"the model call was cut by {by} after the provider billed it",
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             cost_usd=bill.cost_usd,

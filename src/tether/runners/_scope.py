@@ -66,7 +66,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 # Stops a run may be continued from: nothing the host decided ended it.
-TRANSIENT: Final = frozenset({StopReason.MODEL_ERROR, StopReason.DEPENDENCY_UNAVAILABLE})
+TRANSIENT: Final = frozenset(
+    {StopReason.MODEL_ERROR, StopReason.DEPENDENCY_UNAVAILABLE, StopReason.INTERRUPTED}
+)
 
 
 @dataclass(frozen=True, slots=True)

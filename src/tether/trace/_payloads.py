@@ -75,7 +75,8 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "finish": str,  # the same in tether's words: stop, tool_calls, length, refused, paused, unknown
         "cache_write_tokens": int,  # prompt tokens the provider wrote to its prefix cache (Anthropic)
         "provider": str,  # openai-chat, openai-responses or anthropic
-        "fallback_from": list[dict[str, str]],  # models that failed before this one: model, error
+        # models that failed before this one: model, error, and the retries taken on it
+        "fallback_from": list[dict[str, Any]],
         "retries": list[dict[str, Any]],  # one entry per retry: kind, attempt, delay_s
         "unpriced": bool,
         "priced_as": str,  # the model the answer names, priced as it (another than the one asked)
@@ -93,6 +94,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "prompt_tokens": int,
         "completion_tokens": int,
         "cost_usd": Number,
+        "retries": list[dict[str, Any]],  # the retries taken before it: kind, attempt, delay_s (model)
     },
     EventKind.TOOL_PROPOSED: {"call_id": Required[str], "tool": Required[str], "arguments": str},
     EventKind.POLICY_ALLOWED: {"call_id": Required[str], "tool": Required[str], "rule": Required[str]},

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tether.cli._commands.run import report
     from tether.policy import SqliteApprovalStore
+    from tether.runners._interrupt import on_signals_stop
     from tether.runners._scope import rebuild, resume_rebuilt
     from tether.sql._database import blocking
 
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         host.extra_sinks.append(ProgressSink())
 
     try:
-        result = anyio.run(resume_rebuilt, host, agent, args.run_id)
+        result = anyio.run(on_signals_stop, resume_rebuilt, host, agent, args.run_id)
     except ApprovalError as err:
         return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
     return report(

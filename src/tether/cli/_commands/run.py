@@ -122,6 +122,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     import anyio
 
     from tether.agents._record import RecordSink
+    from tether.runners._interrupt import on_signals_stop
 
     host = built.host
     if progress_wanted(args.json):
@@ -136,7 +137,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         finally:
             await built.aclose()
 
-    result = anyio.run(main)
+    result = anyio.run(on_signals_stop, main)
     if not args.json and getattr(built.agent.model, "stream", False):
         sys.stderr.write("\n")
     trace_results = getattr(args, "trace_results", False) or built.agent_file.spec.trace.results
@@ -241,7 +242,10 @@ def unavailable_servers(host: Any) -> dict[str, str]:
 def next_steps(
     result: Any, db: Path | None, *, config: Path | None = None, agent: Path | None = None
 ) -> list[str]:
-    """Complete commands that continue a paused run: decide or answer first, then resume."""
+    """Complete commands that continue a paused run: decide or answer first, then resume (an
+    interrupted run: resume it)."""
+    if str(result.stop_reason) == "interrupted" and db is not None:
+        return [f"tether resume {result.run_id} --db {db}"]
     if str(result.stop_reason) != "approval_required" or db is None:
         return []
     steps: list[str] = []
@@ -331,6 +335,8 @@ def run_scenario(args: argparse.Namespace) -> int:
     host = lab.make_host(out, inject=args.inject, memory=lab.memory_store(mem_path))
     host.secrets = frozenset(secrets)  # the tracer redacts the key should anything echo it
 
+    from tether.runners._interrupt import on_signals_stop
+
     async def main() -> Any:
         try:
             async with host:
@@ -339,7 +345,7 @@ def run_scenario(args: argparse.Namespace) -> int:
             if backend is not None and hasattr(backend, "aclose"):
                 await backend.aclose()
 
-    result = anyio.run(main)
+    result = anyio.run(on_signals_stop, main)
     if args.model and not args.json:
         sys.stderr.write("\n")
     return report(result, host, args, db=None, scenario=args.scenario, model=agent.model.name)
