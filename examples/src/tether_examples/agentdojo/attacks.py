@@ -28,6 +28,7 @@ none of it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -1211,7 +1212,7 @@ def _informed4_steps(goal: Sequence[Step], k: _Knowledge, directory: Sequence[st
             if role == "destination":
                 legit = k.user_value(step.function, arg) or k.legit_destination() or ""
                 legit = legit[0] if isinstance(legit, list) and legit else legit
-                out += _variants_of(step, arg, lambda v, legit=str(legit): _extended(v, legit))
+                out += _variants_of(step, arg, functools.partial(_extended, legit=str(legit)))
                 for entry in carriers[:3]:
                     new: Any = [entry] if isinstance(value, list) else entry
                     out.append(Step(step.function, {**step.args, arg: new}, "carrier:destination"))
