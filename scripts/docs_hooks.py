@@ -311,6 +311,7 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "truncated": "the final answer was cut at the output-token limit",
     "model_refused": "the provider refused or filtered the final answer",
     "internal_error": "a fault in the host (a bug): the trace says where",
+    "interrupted": "SIGINT or SIGTERM stopped `tether run`/`resume`: trace closed, checkpoint written",
 }
 
 
