@@ -11,7 +11,12 @@ Found:
   given a moment (``EXIT_WAIT_S``) to exit and its stderr read to the end: the exit status
   (``exit``, a signal named as such, also when the sandbox launcher reports it as 128 plus its
   number) and the last stderr lines go to the trace and to the person's log (and to the
-  quarantine's detail); the model still reads the short cause only.
+  quarantine's detail); the model still reads the short cause only;
+* the published SQLite server (``mcp-server-sqlite --db-path <file>``, its README's launch), confined
+  without ``sandbox_write``, made its database in its private /tmp: every write succeeded and was
+  lost when it exited, silently (the host named only paths that existed). Now a path its command
+  names whose folder exists on the host, not shown to the server, is named to the person and
+  traced (``not_shown``), as an existing one is.
 """
 
 from __future__ import annotations
@@ -119,3 +124,41 @@ def test_exit_statuses_are_named() -> None:
     assert exit_status(137) == "code 137"  # unconfined: the server's own status
     assert exit_status(137, confined=True).startswith("code 137 (signal 9")  # type: ignore[union-attr]
     assert exit_status(255, confined=True) == "code 255"
+
+
+# -- a file its command names, in a folder the sandbox does not show -------------------------------
+# Found with the published SQLite server (``mcp-server-sqlite --db-path <file>``, as its README
+# says): confined without ``sandbox_write``, it made the database in its private /tmp and every
+# write succeeded, lost when it exited; the host said nothing, as the file did not exist yet.
+
+
+@pytest.mark.parametrize("declared", [False, True])
+async def test_a_file_to_be_made_in_a_folder_not_shown_is_named_to_the_person(
+    tmp_path: Path, declared: bool
+) -> None:
+    store = tmp_path / "data"
+    store.mkdir()
+    db = store / "notes.db"  # (made by the server: not there yet)
+    server = _dying("exit", name="x", restart="on_failure")
+    server["command"] = [*server["command"], "--db-path", str(db)]
+    if declared:
+        server["sandbox_write"] = [str(store)]
+    config = write_config(tmp_path, [server])
+    await approve(config, "x")
+    run = await run_question(config, "Q", script(("x__lookup", {"key": "b"}), "done"))
+    assert "value-of-b" in run.seen("x__lookup")[-1]
+    (source,) = mcp_sources(run.host)
+    if source.sandbox_plan is None or source.sandbox_plan.confinement is None:
+        pytest.skip("no sandbox launcher works here")
+    named = [w for w in source.warnings if str(db) in w]
+    assert run.result.trace_path is not None
+    events = read_trace(run.result.trace_path)
+    (confined,) = [e for e in events if e["kind"] == "mcp_sandbox" and e["action"] == "confined"]
+    if declared:
+        assert not named and "not_shown" not in confined
+    else:
+        assert named and "sandbox_write" in named[0] and "lost when it exits" in named[0]
+        assert confined["not_shown"] == [str(db)]
+        assert [
+            e["why"] for e in events if e["kind"] == "mcp_sandbox" and e["action"] == "not_shown"
+        ] == named
