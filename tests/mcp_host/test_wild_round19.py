@@ -162,3 +162,17 @@ async def test_a_file_to_be_made_in_a_folder_not_shown_is_named_to_the_person(
         assert [
             e["why"] for e in events if e["kind"] == "mcp_sandbox" and e["action"] == "not_shown"
         ] == named
+
+
+def test_a_missing_name_at_the_root_is_an_argument_not_a_file(tmp_path: Path) -> None:
+    """``--path /mcp`` (an endpoint) is no file to make: only a missing path in a deeper folder
+    that exists is named (``_unshown``)."""
+    from tether.mcp._sandbox import _unshown
+
+    class _Launch:
+        def translate(self, path: Path) -> None:
+            return None
+
+    made = tmp_path / "notes.db"
+    found = _unshown(["--path", "/mcp-endpoint-w19", f"--db={made}", "/no-such-w19/x.db"], _Launch(), [])  # type: ignore[arg-type]
+    assert found == (str(made),)

@@ -463,8 +463,8 @@ def _unshown(args: Sequence[str], launch: Launch, visible: Sequence[Path]) -> tu
             continue
         path = Path(os.path.abspath(Path(text).expanduser()))
         real = path.resolve()
-        if not (path.exists() or (path.parent != path and path.parent.is_dir())):
-            continue  # missing, and its folder too
+        if not (path.exists() or (len(path.parts) > 2 and path.parent.is_dir())):
+            continue  # missing, and its folder too (or a name at the root: an endpoint's ``/mcp``)
         if launch.translate(real) is not None or any(inside(real, v) for v in visible):
             continue  # shown: a system or launcher path (translate), or a declared one
         if str(path) not in out:
