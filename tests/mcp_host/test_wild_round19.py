@@ -15,8 +15,8 @@ Found:
 * the published SQLite server (``mcp-server-sqlite --db-path <file>``, its README's launch), confined
   without ``sandbox_write``, made its database in its private /tmp: every write succeeded and was
   lost when it exited, silently (the host named only paths that existed). Now a path its command
-  names whose folder exists on the host, not shown to the server, is named to the person and
-  traced (``not_shown``), as an existing one is.
+  names whose folder exists on the host, not shown to the server, is named to the person (a
+  warning with the run) and traced (the launch's ``not_shown``), as an existing one is.
 """
 
 from __future__ import annotations
@@ -159,9 +159,6 @@ async def test_a_file_to_be_made_in_a_folder_not_shown_is_named_to_the_person(
     else:
         assert named and "sandbox_write" in named[0] and "lost when it exits" in named[0]
         assert confined["not_shown"] == [str(db)]
-        assert [
-            e["why"] for e in events if e["kind"] == "mcp_sandbox" and e["action"] == "not_shown"
-        ] == named
 
 
 def test_a_missing_name_at_the_root_is_an_argument_not_a_file(tmp_path: Path) -> None:

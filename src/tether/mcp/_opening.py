@@ -139,8 +139,7 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
                     "cannot read it, and what it writes there is lost when it exits (list the folder in "
                     "sandbox_write, or sandbox_read)"
                 )
-                if shown not in source.warnings:  # (once, however often it is launched)
-                    source.emit(EventKind.MCP_SANDBOX, server=source.name, action="not_shown", why=shown)
+                if shown not in source.warnings:  # (once: traced as the launch's ``not_shown``)
                     source.warnings.append(shown)
         argv = plan.argv
         if plan.problem:

@@ -151,7 +151,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
     EventKind.MCP_SANDBOX: {
         **_SANDBOX,
         "server": Required[str],
-        # confined | unconfined | refused | cannot_confine | network_refused | write_refused | not_shown
+        # confined | unconfined | refused | cannot_confine | network_refused | write_refused
         "action": Required[str],
         "why": str | None,
         "destination": str,  # network_refused: the host:port the server asked for
