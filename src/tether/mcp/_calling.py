@@ -92,7 +92,7 @@ async def guarded(
         if not transport_failure(err):
             raise classify(source.name, err) from None
         what = f"MCP server {source.name} is not reachable ({phase})"
-        raise _lost(source, conns[-1], err, phase, what) from None
+        raise await _lost(source, conns[-1], err, phase, what) from None
 
 
 async def renewing(
@@ -134,9 +134,11 @@ async def renewing(
     return await conns[-1].run(fn)
 
 
-def _lost(source: McpServerSource, conn: Connection, err: Exception, phase: str, what: str) -> Unavailable:
+async def _lost(
+    source: McpServerSource, conn: Connection, err: Exception, phase: str, what: str
+) -> Unavailable:
     """The connection failed under ``err``: the source records why; the caller raises this."""
-    why = source._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
+    why = await source._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
     return Unavailable(f"{what}: {why}", cause=why, quarantined=source.unavailable is not None or None)
 
 
@@ -222,7 +224,7 @@ async def call_tool(
         with limits.scope:
             result = await _send(source, conns, spec, arguments, info, limits)
     except Exception as err:
-        return _failed(source, conns[-1], spec, err)
+        return await _failed(source, conns[-1], spec, err)
     finally:
         source._inflight.remove(info)
     if isinstance(result, Parked) and info.pause_id is not None:
@@ -285,13 +287,13 @@ async def _send(
         return await conns[-1].run(send)
 
 
-def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exception) -> ToolOutput:
+async def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exception) -> ToolOutput:
     """A failed send: invalid output becomes a result the model reads; anything else raises."""
     if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
         return invalid_output(source.name, spec, str(err), source.emit)
     if transport_failure(err):
         what = f"MCP server {source.name} went away during {spec.name}"
-        raise _lost(source, conn, err, "during the call", what) from None
+        raise await _lost(source, conn, err, "during the call", what) from None
     raise classify(source.name, err) from None
 
 

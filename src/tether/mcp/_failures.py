@@ -14,6 +14,7 @@ from tether.mcp._connection import ConnectionLost, describe_error
 from tether.mcp._tasks import NOT_READING
 
 if TYPE_CHECKING:
+    from tether.mcp._serverlog import ServerStderr
     from tether.mcp._tasks import TaskRelay
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "classify",
     "closed_underneath",
     "enabled",
+    "ended",
+    "exit_status",
     "failure_detail",
     "is_modern",
     "leaf",
@@ -54,6 +57,9 @@ SESSION_GONE = -31404
 # refused too (``_httpcap``): a server written before the spec said 404 no longer knows the session.
 # Unlike a 404, a 400 does not say the request went unprocessed.
 SESSION_REFUSED = -31400
+# How long a stdio server whose connection ended under a call is given to exit, for its exit status
+# and last stderr lines (a process tearing down closes its output before it writes its last words).
+EXIT_WAIT_S = 1.0
 
 
 class Unavailable(DependencyUnavailable):
@@ -146,13 +152,38 @@ def closed_underneath(relay: TaskRelay | None) -> bool:
     return relay is None or relay.closed
 
 
-def failure_detail(why: str, returncode: int | None, tail: list[str], hint: str | None = None) -> str | None:
-    """For the person: ``why`` with the exit, the last stderr lines and a hint (``None``: nothing to add)."""
+async def ended(process: Any, stderr: ServerStderr | None) -> int | None:
+    """A stdio server's exit status once its connection ended (``None``: still running after
+    ``EXIT_WAIT_S``, or no process), its stderr read to the end once it exited (bounded)."""
+    if process is None:
+        return None
+    if process.returncode is None:
+        with anyio.move_on_after(EXIT_WAIT_S):
+            await process.wait()
+    if process.returncode is not None and stderr is not None:
+        await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
+    returncode: int | None = process.returncode
+    return returncode
+
+
+def exit_status(returncode: int | None, *, confined: bool = False) -> str | None:
+    """``code 3`` or ``signal 9`` (``None``: not exited). A confined server's launcher reports a
+    signal that ended the server as 128 plus its number, as a shell does: named as both."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return f"signal {-returncode}"
+    if confined and 128 < returncode < 128 + 65:
+        return f"code {returncode} (signal {returncode - 128}, as its sandbox launcher reports it)"
+    return f"code {returncode}"
+
+
+def failure_detail(why: str, exited: str | None, tail: list[str], hint: str | None = None) -> str | None:
+    """For the person: ``why`` with how the process exited (``exit_status``), its last stderr
+    lines and a hint (``None``: nothing to add)."""
     parts = [why]
-    if returncode is not None:
-        parts.append(
-            f"its process exited with {f'signal {-returncode}' if returncode < 0 else f'code {returncode}'}"
-        )
+    if exited is not None:
+        parts.append(f"its process exited with {exited}")
     if tail:
         parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
     if hint:

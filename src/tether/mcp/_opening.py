@@ -133,6 +133,14 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
             source.emit(EventKind.MCP_SANDBOX, server=source.name, action="confined", **plan.describe())
             for path in plan.confinement.withheld if plan.confinement is not None else ():
                 source.warnings.append(f"not shown to the confined server: {path}")
+            for path in plan.unshown:
+                shown = (
+                    f"its command names {path}, which the sandbox does not show the server: it "
+                    "cannot read it, and what it writes there is lost when it exits (list the folder in "
+                    "sandbox_write, or sandbox_read)"
+                )
+                if shown not in source.warnings:  # (once: traced as the launch's ``not_shown``)
+                    source.warnings.append(shown)
         argv = plan.argv
         if plan.problem:
             source.emit(EventKind.MCP_SANDBOX, server=source.name, action="cannot_confine", why=plan.problem)

@@ -452,8 +452,10 @@ def _own_error(stderr_tail: Sequence[str]) -> str | None:
 
 
 def _unshown(args: Sequence[str], launch: Launch, visible: Sequence[Path]) -> tuple[str, ...]:
-    """The existing host paths among a command's arguments (``/path`` or ``--flag=/path``) that
-    the sandbox does not show: neither the launcher's files, a system folder nor a declared path."""
+    """The host paths among a command's arguments (``/path`` or ``--flag=/path``) that the sandbox
+    does not show: neither the launcher's files, a system folder nor a declared path. A path
+    that exists, or one whose folder exists (a file the server makes there: a database, a log,
+    which inside lands in its private /tmp or home, lost when it exits)."""
     out: list[str] = []
     for arg in args:
         text = arg.partition("=")[2] if arg.startswith("-") else arg
@@ -461,8 +463,10 @@ def _unshown(args: Sequence[str], launch: Launch, visible: Sequence[Path]) -> tu
             continue
         path = Path(os.path.abspath(Path(text).expanduser()))
         real = path.resolve()
-        if not path.exists() or launch.translate(real) is not None or any(inside(real, v) for v in visible):
-            continue  # missing, or shown: a system or launcher path (translate), or a declared one
+        if not (path.exists() or (len(path.parts) > 2 and path.parent.is_dir())):
+            continue  # missing, and its folder too (or a name at the root: an endpoint's ``/mcp``)
+        if launch.translate(real) is not None or any(inside(real, v) for v in visible):
+            continue  # shown: a system or launcher path (translate), or a declared one
         if str(path) not in out:
             out.append(str(path))
     return tuple(out)

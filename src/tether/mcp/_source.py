@@ -26,7 +26,15 @@ from tether.mcp._calling import CapabilityBlocked, InputPending, call_tool, guar
 from tether.mcp._config import SEPARATOR, offered_name
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo, GateHooks
-from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
+from tether.mcp._failures import (
+    Unavailable,
+    closed_underneath,
+    ended,
+    exit_status,
+    failure_detail,
+    is_modern,
+    leaf,
+)
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import Pins, ToolCheck
@@ -319,7 +327,9 @@ class McpServerSource:
         tail = list(self.stderr.tail) if self.stderr is not None else []
         hint = None if started else failure_hint(self.sandbox_plan, tail)
         hint = "; ".join(h for h in (setting, hint) if h) or None
-        if (detail := self._detail(why, tail, hint)) is not None:
+        if detail := failure_detail(
+            why, self._exited(getattr(self._process, "returncode", None)), tail, hint
+        ):
             self.emit(
                 EventKind.MCP_CONNECTION,
                 server=self.name,
@@ -330,8 +340,8 @@ class McpServerSource:
             )
         return detail
 
-    def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
-        return failure_detail(why, getattr(self._process, "returncode", None), tail, hint)
+    def _exited(self, returncode: int | None) -> str | None:
+        return exit_status(returncode, confined=bool(self.sandbox_plan and self.sandbox_plan.confinement))
 
     def _retire(self, conn: Connection) -> None:
         if self._conn is conn:
@@ -349,22 +359,29 @@ class McpServerSource:
             EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **extra, **self.describe()
         )
 
-    def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
-        """The connection ended under a call: retire it, then quarantine or allow a restart."""
+    async def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
+        """The connection ended under a call: retire it, then quarantine or allow a restart. A
+        stdio server is given a moment to exit first: its exit status and last stderr lines are
+        for the person (the trace, the log), ``why`` (returned) for the model."""
         why = describe_error(cause) if cause is not None else "connection closed"
         if conn is not self._conn:
             return why  # another call already handled this loss
+        returncode = await ended(self._process, self.stderr) if self.command else None
+        if conn is not self._conn:
+            return why
         self._retire(conn)
         tail = list(self.stderr.tail)[-4:] if self.stderr is not None else []
-        self.emit(
+        exited = self._exited(returncode)
+        detail = failure_detail(why, exited, tail)
+        self.warn(
             EventKind.MCP_CONNECTION,
-            server=self.name,
+            f"connection lost {phase}: {detail or why}",
             action="lost",
             phase=phase,
             cause=why,
+            **({"exit": exited} if exited else {}),
             **({"stderr_tail": tail} if tail else {}),
         )
-        detail = self._detail(why, tail)
         if self.restart == "never":
             why_quarantined = f"MCP server {self.name} quarantined: its connection was lost {phase}"
             self._quarantine(f"{why_quarantined}: {why}", detail=detail and f"{why_quarantined}: {detail}")
@@ -385,7 +402,7 @@ class McpServerSource:
         if conn is not None and conn.alive and not closed_underneath(self._relays.get(id(conn.client))):
             return conn
         if conn is not None:
-            self._lost(conn, conn.error, "between calls")
+            await self._lost(conn, conn.error, "between calls")
             if self.unavailable is not None:
                 raise Unavailable(self.unavailable, quarantined=True)
         return await self._restart()

@@ -145,6 +145,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "max_restarts": int,
         "why": str,
         "stderr_tail": list[str],
+        "exit": str,  # lost: how a stdio server's process ended ("code 3", "signal 9"), once it had
         "sandbox_hint": str | None,
         "waiting": int,  # unsent_dropped: the host's messages waiting for the server to read them
         "dropped": int,  # unsent_dropped: the host's answers and notices dropped so far
