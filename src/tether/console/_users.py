@@ -154,8 +154,12 @@ def check_name(name: str) -> str:
 def sign_in_name(typed: str) -> str:
     """The account name a sign-in form's ``typed`` name means: width- and case-folded (RFC 8265's
     user-name mapping) and stripped, so ``Admin``, ``admin `` and fullwidth ``ａｄｍｉｎ`` are
-    ``admin`` (one account, one throttle, one audit name), never another person."""
-    return unicodedata.normalize("NFKC", typed).strip().casefold()
+    ``admin`` (one account, one throttle, one audit name), never another person. A name no
+    account can have (``check_name``) comes back with what is not printable ASCII escaped:
+    Cyrillic ``\\u0430dmin`` or Greek ``r\\u03bfot`` is throttled and audited as that, never as
+    text that reads ``admin`` or ``root``."""
+    name = unicodedata.normalize("NFKC", typed).strip().casefold()
+    return name if _NAME.fullmatch(name) else name.encode("unicode_escape").decode("ascii")
 
 
 def name_likeness(name: str) -> str:
