@@ -154,8 +154,12 @@ def check_name(name: str) -> str:
 def sign_in_name(typed: str) -> str:
     """The account name a sign-in form's ``typed`` name means: width- and case-folded (RFC 8265's
     user-name mapping) and stripped, so ``Admin``, ``admin `` and fullwidth ``ａｄｍｉｎ`` are
-    ``admin`` (one account, one throttle, one audit name), never another person."""
-    return unicodedata.normalize("NFKC", typed).strip().casefold()
+    ``admin`` (one account, one throttle, one audit name), never another person. A name no
+    account can have (``check_name``) comes back with what is not printable ASCII escaped:
+    Cyrillic ``\\u0430dmin`` or Greek ``r\\u03bfot`` is throttled and audited as that, never as
+    text that reads ``admin`` or ``root``."""
+    name = unicodedata.normalize("NFKC", typed).strip().casefold()
+    return name if _NAME.fullmatch(name) else name.encode("unicode_escape").decode("ascii")
 
 
 def name_likeness(name: str) -> str:
@@ -444,23 +448,29 @@ class UserStore:
             # tokens would let a flood of them take the CPU from every request.
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
-        if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
-            raise AuthError("bad_token", "token revoked or expired")
-        key = _digest(secret)
-        cached = self._token_cache.get(key)
-        if not (cached and cached[0] == user and cached[2] > time.monotonic()):
-            token_id, now = match.group(1), time.monotonic()
-            # Past TOKEN_GUESSES secrets a minute under a live token's id, only one verified before
-            # (its holder's) is hashed; counted before hashing, so guesses sent at once count.
-            with self._guess_lock:
-                recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
-                self._guesses[token_id] = [*recent, now]
-            if len(recent) >= TOKEN_GUESSES and not (cached and cached[0] == user):
-                raise AuthError("bad_token", "too many wrong secrets for this token: try again in a minute")
-            if not verify_secret(secret, stored):
-                raise AuthError("bad_token", "unknown token")
-            self._guesses.pop(token_id, None)
-            self._token_cache[key] = (user, token_id, time.monotonic() + 60)
+        try:  # a live token's id with a wrong secret, or a revoked or expired one, is audited
+            if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
+                raise AuthError("bad_token", "token revoked or expired")
+            key = _digest(secret)
+            cached = self._token_cache.get(key)
+            if not (cached and cached[0] == user and cached[2] > time.monotonic()):
+                token_id, now = match.group(1), time.monotonic()
+                # Past TOKEN_GUESSES secrets a minute under a live token's id, only one verified before
+                # (its holder's) is hashed; counted before hashing, so guesses sent at once count.
+                with self._guess_lock:
+                    recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
+                    self._guesses[token_id] = [*recent, now]
+                if len(recent) >= TOKEN_GUESSES and not (cached and cached[0] == user):
+                    raise AuthError(
+                        "bad_token", "too many wrong secrets for this token: try again in a minute"
+                    )
+                if not verify_secret(secret, stored):
+                    raise AuthError("bad_token", "unknown token")
+                self._guesses.pop(token_id, None)
+                self._token_cache[key] = (user, token_id, time.monotonic() + 60)
+        except AuthError as err:  # (under its id, counted: ``refused``); an unknown id names nobody
+            self.refused(f"token:{match.group(1)}", "token", err)
+            raise
         return Principal(user, self.grants(user), via="token")
 
     def create_session(self, name: str, *, credential: str | None = None) -> str:
