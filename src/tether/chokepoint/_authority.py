@@ -349,7 +349,7 @@ class HostCore:
         """Apply the policy to a call whose arguments passed intake."""
         assert outcome.spec is not None and outcome.arguments is not None
         spec, call = outcome.spec, outcome.call
-        proposed = ProposedCall(call.id, spec, outcome.arguments, state)
+        proposed = ProposedCall(call.id, spec, outcome.arguments, state, self)
         decision = judged_as_received(self.policy, proposed, context, self._received(spec, outcome.arguments))
         if decision.verdict == "approve":
             if self.approvals is not None:
@@ -363,6 +363,16 @@ class HostCore:
                 "deny", decision.rule, "approval_unavailable", {**decision.details, "hint": hint}
             )
         return outcome.decided("allow" if decision.allowed else "deny", decision)
+
+    def spec_of(self, name: str) -> ToolSpec | None:
+        """The spec of the tool the host names ``name`` (``ToolCatalog``: for rules)."""
+        return self._resolve(name)
+
+    def received_of(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        """What the tool named ``name`` receives for ``arguments`` where its validators change
+        them (``ToolCatalog``: a turn-mate's call as its tool will take it)."""
+        spec = self._resolve(name)
+        return None if spec is None or not isinstance(arguments, dict) else self._received(spec, arguments)
 
     def _received(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | None:
         """What the tool's function receives where its own validators change ``arguments`` (its

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from xml.sax.saxutils import quoteattr
 
 __all__ = [
@@ -236,6 +236,21 @@ class ProposedCall:
     spec: ToolSpec
     arguments: dict[str, Any]
     state: Any = None
+    # The host's other tools, for rules that read the run's other calls as their tools took them
+    # (a turn-mate's arguments as its validators leave them, the record a tool writes).
+    tools: ToolCatalog | None = None
+    # Arguments the tool's validators change (judged again as received): a store keeps those as
+    # received, so their pieces are joined with the run's earlier ones in that judgment alone.
+    reshaped: frozenset[str] = frozenset()
+
+
+class ToolCatalog(Protocol):
+    """The tools a host offers, by the name it gives them: each one's spec, and what its function
+    receives for given arguments where its own validators change them (else ``None``)."""
+
+    def spec_of(self, name: str) -> ToolSpec | None: ...
+
+    def received_of(self, name: str, arguments: dict[str, Any]) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,14 +21,15 @@ __all__ = ["confidential_flow", "contained_segments", "joined_handles", "joined_
 
 
 def sent_before(
-    state: Any, call_id: str, rules_of: Callable[[str], Any], classes: Iterable[str]
+    state: Any, call_id: str, rules_of: Callable[[str], Any], classes: Iterable[str], tools: Any = None
 ) -> dict[str, Any]:
     """The arguments of the request's calls before ``call_id`` (``calls_before``: its turn-mates
     too) of tools that may carry none of ``classes`` out either, keyed ``tool#call.argument``:
-    what went out in them, to be read with what would go out now."""
+    what went out in them, to be read with what would go out now (a turn-mate's as its tool
+    receives it, where ``tools`` says)."""
     wanted = frozenset(classes)
     out: dict[str, Any] = {}
-    for record in calls_before(state, call_id):
+    for record in calls_before(state, call_id, tools):
         rules = rules_of(record.tool)
         if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
             continue
@@ -134,16 +135,20 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
 _JOINED_CHARS = 512  # the run's earlier pieces looked at: more than any address or account needs
 
 
-def _earlier(call: Any, argument: str) -> list[str]:
-    """What the run's earlier calls of ``call``'s tool (and those beside it in its turn) gave as
-    ``argument``, the last ``_JOINED_CHARS`` of it, piece by piece: nothing for a read (it keeps
-    nothing)."""
-    if not call.spec.effect.side_effecting:
-        return []
+def _earlier(call: Any, argument: str, rules_of: Callable[[str], Any] | None = None) -> list[str]:
+    """What the run's earlier calls that wrote ``call``'s store (and those beside it in its turn)
+    gave as ``argument``, the last ``_JOINED_CHARS`` of it, piece by piece: nothing for a read (it
+    keeps nothing). A store is its tool's, or, for tools that declare the kind of record they act
+    on (``ToolSpec.target``: ``create_file`` and ``append_to_file`` both on a ``file``), every
+    side-effecting tool's of that kind, whose arguments of ``argument``'s role (``rules_of``) are
+    the pieces: a file created with one half of an account and appended the other holds it."""
+    if not call.spec.effect.side_effecting or argument in call.reshaped:
+        return []  # a value its tool reshapes is joined as the store keeps it (``judged_as_received``)
     earlier: list[str] = []
-    for record in calls_before(call.state, call.call_id):
-        if record.tool == call.spec.name and record.status in SENT and isinstance(record.arguments, Mapping):
-            earlier.extend(split_values(record.arguments.get(argument)))
+    for record in calls_before(call.state, call.call_id, call.tools):
+        if record.status in SENT and isinstance(record.arguments, Mapping):
+            for name in _written_as(call, argument, record.tool, rules_of):
+                earlier.extend(split_values(record.arguments.get(name)))
     kept: list[str] = []
     for piece in reversed(earlier):
         if sum(map(len, kept)) >= _JOINED_CHARS:
@@ -152,7 +157,26 @@ def _earlier(call: Any, argument: str) -> list[str]:
     return kept
 
 
-def joined_handles(call: Any, argument: str, value: str) -> list[str]:
+def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], Any] | None) -> list[str]:
+    """The arguments of ``tool`` that write into ``call``'s store what ``call``'s ``argument``
+    does: ``argument`` itself for its own tool; for another tool of the same kind of record
+    (``_earlier``), the ones its rules give ``argument``'s role, else one of the same name."""
+    if tool == call.spec.name:
+        return [argument]
+    kind = call.spec.target.kind if call.spec.target is not None else None
+    spec = call.tools.spec_of(tool) if kind is not None and call.tools is not None else None
+    if spec is None or spec.target is None or spec.target.kind != kind or not spec.effect.side_effecting:
+        return []
+    mine, theirs = (rules_of(call.spec.name), rules_of(tool)) if rules_of is not None else (None, None)
+    rule = mine.arguments.get(argument) if mine is not None else None
+    if rule is None or theirs is None:
+        return [argument]
+    return [a for a, r in theirs.arguments.items() if r.role == rule.role] or [argument]
+
+
+def joined_handles(
+    call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+) -> list[str]:
     """Addresses and accounts (``find_handles``) that ``value``, given as ``argument`` to the
     side-effecting ``call`` (a ``ProposedCall``), makes with what the run's earlier calls of its
     tool (and those beside it in its turn) gave as the same argument, and that no piece holds (a
@@ -160,7 +184,7 @@ def joined_handles(call: Any, argument: str, value: str) -> list[str]:
     note, a memory) joins them: an account an injected page gave, written in two appends of ten
     and thirteen digits, is read back whole from the user's own notes, by this run or by a later
     run that never saw the page."""
-    kept = _earlier(call, argument)
+    kept = _earlier(call, argument, rules_of)
     if not kept:
         return []
     alone = {h for piece in (*kept, value) for h in find_handles(piece)}
@@ -177,13 +201,15 @@ def joined_handles(call: Any, argument: str, value: str) -> list[str]:
 _GLUES = ("", " ", "\n")  # how a store may join what it is given
 
 
-def joined_links(call: Any, argument: str, value: str) -> list[Link]:
+def joined_links(
+    call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+) -> list[Link]:
     """Links (``find_links``) that ``value``, written by the store ``call`` (a tool declared
     ``write``: a file appended to, a note, a memory), makes with the run's earlier pieces of the
     same argument (as ``joined_handles``) and that no piece holds: ``secure-systems[`` then
     ``.]example/deal`` are read back from the notes as one link. Not one that is a link of an
     earlier piece run on into ``value`` (``_extends``), nor prose run together (``_run_on``)."""
-    kept = _earlier(call, argument) if call.spec.effect is Effect.WRITE else []
+    kept = _earlier(call, argument, rules_of) if call.spec.effect is Effect.WRITE else []
     if not kept:
         return []
     alone = {link.key for piece in (*kept, value) for link in find_links(piece)}

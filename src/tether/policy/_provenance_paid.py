@@ -108,7 +108,7 @@ def paid_before(
     it, each tool's read by its rules however they name it (``rules_of``). A figure that is no
     number counts as unbounded."""
     total = 0.0
-    for record in calls_before(call.state, call.call_id):
+    for record in calls_before(call.state, call.call_id, call.tools):
         rules = rules_of(record.tool)
         if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
             continue

@@ -240,7 +240,7 @@ class ProvenanceRules:
                         )
                         break
         if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
-            sent = sent_before(call.state, call.call_id, self._rules_of, rules.no_flow)  # and between calls
+            sent = sent_before(call.state, call.call_id, self._rules_of, rules.no_flow, call.tools)
             for problem in confidential_flow(
                 index, call.arguments, properties, rules.no_flow, each=False, sent=sent
             ):
@@ -339,7 +339,7 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does (so
         # does one this write makes with the run's earlier pieces in the same store).
-        for handle in [*find_handles(text), *joined_handles(case.call, arg, text)]:
+        for handle in [*find_handles(text), *joined_handles(case.call, arg, text, self._rules_of)]:
             _look_alike(arg, handle, out, shown)
             handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
             if not handle_classes & allowed:
@@ -353,7 +353,7 @@ class ProvenanceRules:
                         "origins": sorted(handle_classes),
                     },
                 )
-        for link in [*find_links(text), *joined_links(case.call, arg, text)]:
+        for link in [*find_links(text), *joined_links(case.call, arg, text, self._rules_of)]:
             _look_alike(arg, link.raw, out, shown)
             link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:

@@ -352,12 +352,14 @@ def history(state: Any, kind: str) -> list[Any]:
     return [*(getattr(state, f"inherited_{kind}", None) or []), *(getattr(state, kind, None) or [])]
 
 
-def calls_before(state: Any, call_id: str) -> list[Any]:
+def calls_before(state: Any, call_id: str, tools: Any = None) -> list[Any]:
     """What may have run, or will run, before or beside the proposed call ``call_id``: the calls
     of the request so far (``history``), then those its own model turn proposed before it. Every
     call of a turn is decided before any of them runs, so the ones the policy lets through (or
     sends to a reviewer) run beside it: they are kept as ``proposed``, with the arguments the
-    model wrote, unless a record of this run shows what became of them (a refusal, or a result).
+    model wrote, unless a record of this run shows what became of them (a refusal, or a result),
+    or as their tools will receive them where ``tools`` (a ``ToolCatalog``) says their validators
+    change them (a base64 piece a store decodes is the digits it keeps, as its record will say).
     A call id the model used twice names no one call: its call is counted whatever was recorded."""
     once = _turns(state)
     recorded = {getattr(r, "call_id", None) for r in history(state, "calls")}
@@ -368,7 +370,11 @@ def calls_before(state: Any, call_id: str) -> list[Any]:
         if call_id in ids:
             for p in proposed[: ids.index(call_id)]:
                 if p.id not in once or p.id not in recorded:
-                    mates.append(CallRecord(p.id, p.name, _arguments(p.arguments), "proposed"))
+                    arguments = _arguments(p.arguments)
+                    received = tools.received_of(p.name, arguments) if tools is not None else None
+                    mates.append(
+                        CallRecord(p.id, p.name, arguments if received is None else received, "proposed")
+                    )
             break
     return [*(_as_received(r) for r in history(state, "calls")), *mates]
 

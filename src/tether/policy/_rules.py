@@ -185,9 +185,10 @@ def judged_as_received(
     from another), on that too: the stricter of the two, for a value is judged as the tool gets
     it. A decision on both that asks a reviewer says what the tool receives (its secret
     arguments left out)."""
-    decision = policy.check(call, context)
     if received is None or dict(received) == call.arguments:
-        return decision
+        return policy.check(call, context)
+    reshaped = frozenset(k for k in {*call.arguments, *received} if call.arguments.get(k) != received.get(k))
+    decision = policy.check(replace(call, reshaped=reshaped), context)
     other = policy.check(replace(call, arguments=dict(received)), context)
     if other is not None and _VERDICT_RANK[other.verdict] > _VERDICT_RANK[decision.verdict]:
         decision = other
