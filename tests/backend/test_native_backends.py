@@ -152,8 +152,10 @@ async def test_fallback_model_in_python_moves_on_and_stays_on_the_model_that_ans
         await model.aclose()
         assert (len(first.received), len(second.received)) == (2, 2)
     assert result.stop_reason is StopReason.ACCEPTED and result.answer == "open"
-    assert model.switches == [{"model": "claude-test", "error": model.switches[0]["error"], "to": "gpt-test"}]
-    assert "overloaded" in model.switches[0]["error"]
+    retried = [{"kind": "overloaded", "attempt": 1, "delay_s": model.switches[0]["retries"][0]["delay_s"]}]
+    error = model.switches[0]["error"]
+    assert model.switches == [{"model": "claude-test", "error": error, "retries": retried, "to": "gpt-test"}]
+    assert "overloaded" in error
 
 
 def test_a_checkpoint_keeps_the_provider_items_a_paused_run_must_send_back() -> None:

@@ -127,15 +127,17 @@ def _write_all(file: Any, data: bytes) -> None:
 def _locked(file: Any) -> Iterator[None]:
     """An exclusive advisory lock on a trace file, across processes (two writers of one run's
     trace: a stalled worker declared dead and the survivor recovering its run). A killed
-    writer's lock goes with it. Where the platform has no ``flock``, nothing is locked."""
-    if fcntl is None:
+    writer's lock goes with it. Where the platform has no ``flock``, or the stream written has no
+    file descriptor (a sink given a wrapping stream), nothing is locked."""
+    fileno = getattr(file, "fileno", None)
+    if fcntl is None or fileno is None:
         yield
         return
-    fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+    fcntl.flock(fileno(), fcntl.LOCK_EX)
     try:
         yield
     finally:
-        fcntl.flock(file.fileno(), fcntl.LOCK_UN)
+        fcntl.flock(fileno(), fcntl.LOCK_UN)
 
 
 def _end_cut_line(path: Path, file: Any) -> None:
