@@ -13,7 +13,7 @@ cancels the run as it always did.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -89,12 +89,11 @@ def stopped_by_signals(interrupt: Interrupt) -> Iterator[None]:
 
     before = {number: signal.getsignal(number) for number in numbers}  # the caller's, put back after
     taken: list[signal.Signals] = []
-    try:
+    # A loop that cannot take them (Windows; not the main thread) leaves signals as they were.
+    with suppress(NotImplementedError, RuntimeError, ValueError):
         for number in numbers:
             loop.add_signal_handler(number, received, number)
             taken.append(number)
-    except (NotImplementedError, RuntimeError, ValueError):  # no handlers here
-        pass
     try:
         yield
     finally:
