@@ -32,6 +32,19 @@ def stdio_server(name: str = "h", **extra: Any) -> dict[str, Any]:
     return {"name": name, "transport": "stdio", "command": [sys.executable, str(SERVER)], **extra}
 
 
+def honest_server(timeout_s: float = 60) -> dict[str, Any]:
+    """The honest stdio server ``ok`` (``wild4_server.py``) the wild rounds run beside a hostile
+    one, unconfined (launched faster)."""
+    return {
+        "name": "ok",
+        "command": [sys.executable, str(Path(__file__).with_name("wild4_server.py"))],
+        "mode": "legacy",
+        "effects": {"lookup": "read"},
+        "timeout_s": timeout_s,
+        "sandbox": "none",
+    }
+
+
 def web_server(name: str, url: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "transport": "http", "url": url, **extra}
 

@@ -35,7 +35,7 @@ from tether.mcp._deep import cut_events
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import approve, script, write_config
+from .conftest import approve, honest_server, script, write_config
 from .wild16_web import app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
@@ -59,18 +59,6 @@ def w16(name: str = "x", **extra: Any) -> dict[str, Any]:
     }
 
 
-def _ok() -> dict[str, Any]:
-    """The honest stdio server, unconfined."""
-    return {
-        "name": "ok",
-        "command": [sys.executable, str(HERE / "wild4_server.py")],
-        "mode": "legacy",
-        "effects": {"lookup": "read"},
-        "timeout_s": 60,
-        "sandbox": "none",
-    }
-
-
 def _sdk() -> dict[str, Any]:
     """The SDK's quickstart server as a user declares it (``command`` + ``args``, sandbox default)."""
     return {"name": "sdk", "command": sys.executable, "args": [str(HERE / "wild16_sdk_server.py")]}
@@ -82,7 +70,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w16pins")
-    config = write_config(folder, [w16(), _ok()])
+    config = write_config(folder, [w16(), honest_server()])
 
     async def go() -> None:
         await approve(config, "x")
@@ -106,7 +94,7 @@ async def test_an_answer_of_too_many_objects_fails_named_and_braces_in_text_are_
     past the bound are dropped); a text of 300 000 braces (a count of
         bytes alone would refuse it) and an answer of a thousand blocks are read whole; the honest
         server serves."""
-    config = write_config(tmp_path, [w16(max_result_chars=400_000), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w16(max_result_chars=400_000), honest_server()], pins_from=pins)
     steps = script(
         ("x__lookup", {"key": "blocks"}),
         ("x__lookup", {"key": "braces"}),
@@ -146,7 +134,7 @@ async def test_an_http_answer_of_too_many_objects_fails_named_as_a_body_or_an_ev
     the call fails at once, named, the session keeps serving (``c``) and so does the other
     server."""
     with _web(mode) as (entry, _):
-        config = write_config(tmp_path, [entry, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [entry, honest_server()], pins_from=pins)
         await approve(config, "web")
         steps = [("web__lookup", {"key": k}) for k in "abc"]
         run = await run_question(config, "Q", script(*steps, ("ok__lookup", {"key": "d"}), "done"))
@@ -245,7 +233,7 @@ async def test_http_answers_of_the_wrong_kind_or_never_ending_fail_alone(
     session close that is never answered ends the run all the same. The session keeps serving and
     so does the other server."""
     with _web(mode) as (entry, seen):
-        config = write_config(tmp_path, [{**entry, "timeout_s": 20}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**entry, "timeout_s": 20}, honest_server()], pins_from=pins)
         await approve(config, "web")
         steps = [("web__lookup", {"key": k}) for k in "abc"]
         run = await run_question(config, "Q", script(*steps, ("ok__lookup", {"key": "d"}), "done"))

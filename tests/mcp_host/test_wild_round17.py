@@ -39,7 +39,7 @@ from tether.mcp._tasks import MAX_POLL_S, MIN_POLL_S, poll_wait
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import approve, script, write_config
+from .conftest import approve, honest_server, script, write_config
 from .wild17_web import app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
@@ -62,18 +62,6 @@ def w17(name: str = "x", **env: str) -> dict[str, Any]:
     }
 
 
-def _ok() -> dict[str, Any]:
-    """The honest stdio server, unconfined."""
-    return {
-        "name": "ok",
-        "command": [sys.executable, str(HERE / "wild4_server.py")],
-        "mode": "legacy",
-        "effects": {"lookup": "read"},
-        "timeout_s": 60,
-        "sandbox": "none",
-    }
-
-
 def _served(run: Any) -> bool:
     seen = run.seen("ok__lookup")
     return bool(seen) and "value-of-c" in seen[-1] and run.result.stop_reason is StopReason.ACCEPTED
@@ -93,7 +81,7 @@ async def _lookup_beside_honest(tmp_path: Path, mode: str) -> tuple[list[str], A
     """The web server in ``mode`` beside the honest one, both approved, then one lookup on each:
     what the web server's review pinned, the run, and what the web server was asked."""
     with _web(mode) as (entry, seen):
-        config = write_config(tmp_path, [entry, _ok()])
+        config = write_config(tmp_path, [entry, honest_server()])
         pinned, _ = await approve(config, "web")
         await approve(config, "ok")
         steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "c"}), "done")
@@ -122,7 +110,7 @@ async def test_a_retry_of_hundreds_of_digits_on_a_calls_stream_fails_that_call_a
     ``retry``, the call ends at its own timeout, named, and the same session serves the next
     call, as does the honest server."""
     with _web("call_retry") as (entry, seen):
-        config = write_config(tmp_path, [entry, _ok()])
+        config = write_config(tmp_path, [entry, honest_server()])
         await approve(config, "web")
         await approve(config, "ok")
         steps = script(
@@ -170,7 +158,7 @@ async def test_tools_for_the_servers_app_only_are_never_offered_and_the_others_a
     (the model among its audiences), ``odd`` (a visibility that is no list: the spec's default)
     and ``lookup`` are offered and served. A pin of ``poll`` approved before this check (as a pin
     file kept from an older host holds it) is never offered either."""
-    config = write_config(tmp_path, [w17(W17_APP="1"), _ok()])
+    config = write_config(tmp_path, [w17(W17_APP="1"), honest_server()])
     pinned, skipped = await approve(config, "x")
     await approve(config, "ok")
     assert sorted(pinned) == ["both", "lookup", "odd"]
@@ -213,7 +201,7 @@ async def test_a_server_refusing_the_offered_version_is_asked_again_at_one_it_na
         folder.mkdir()
         log = folder / "asked.log"
         entry = {**w17(W17_SPEAKS="2024-11-05", W17_LOG=str(log)), "mode": mode}
-        config = write_config(folder, [entry, _ok()])
+        config = write_config(folder, [entry, honest_server()])
         pinned, _ = await approve(config, "x")
         await approve(config, "ok")
         run = await run_question(
@@ -249,7 +237,9 @@ async def test_a_refusal_naming_no_version_the_host_speaks_or_refusing_twice_fai
         folder = tmp_path / names
         folder.mkdir()
         log = folder / "asked.log"
-        config = write_config(folder, [w17(W17_SPEAKS=speaks, W17_NAMES=names, W17_LOG=str(log)), _ok()])
+        config = write_config(
+            folder, [w17(W17_SPEAKS=speaks, W17_NAMES=names, W17_LOG=str(log)), honest_server()]
+        )
         with pytest.raises(DependencyUnavailable, match="Unsupported protocol version"):
             await approve(config, "x")
         asked = [line for line in log.read_text().splitlines() if line.startswith("initialize")]
@@ -280,7 +270,7 @@ async def test_a_task_asking_a_poll_interval_of_hundreds_of_digits_is_polled_wit
             "sandbox": "none",
             "timeout_s": 60,
         }
-        config = write_config(folder, [server, _ok()])
+        config = write_config(folder, [server, honest_server()])
         await approve(config, "t")
         await approve(config, "ok")
         steps = script(("t__research", {"topic": "x"}), ("ok__lookup", {"key": "c"}), "done")

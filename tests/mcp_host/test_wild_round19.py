@@ -33,7 +33,7 @@ from tether.mcp._hosting import mcp_sources
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 
-from .conftest import approve, script, write_config
+from .conftest import approve, honest_server, script, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -54,21 +54,10 @@ def _dying(death: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-def _ok() -> dict[str, Any]:
-    return {
-        "name": "ok",
-        "command": [sys.executable, str(HERE / "wild4_server.py")],
-        "mode": "legacy",
-        "effects": {"lookup": "read"},
-        "timeout_s": 60,
-        "sandbox": "none",
-    }
-
-
 async def _crash_then_lookups(tmp_path: Path, server: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """``x__crash``, then a lookup on each server (on ``x`` only when it restarts): the run and
     the trace's ``lost`` row."""
-    config = write_config(tmp_path, [server, _ok()])
+    config = write_config(tmp_path, [server, honest_server()])
     await approve(config, "x")
     await approve(config, "ok")
     again = [("x__lookup", {"key": "b"})] if server.get("restart") == "on_failure" else []

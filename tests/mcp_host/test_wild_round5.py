@@ -28,11 +28,10 @@ from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 from tether_testing.loopback import Quiet, serving
 
-from .conftest import approve, script, write_config
+from .conftest import approve, honest_server, script, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
-HONEST = Path(__file__).with_name("wild4_server.py")
 WILD5 = Path(__file__).with_name("wild5_server.py")
 LOOKUP = {
     "name": "lookup",
@@ -40,18 +39,6 @@ LOOKUP = {
     "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
 }
 OAUTH = 'Bearer error="invalid_token", resource_metadata="http://127.0.0.1:9/.well-known/oauth-protected-resource"'
-
-
-def _ok() -> dict[str, Any]:
-    """The honest stdio server, unconfined (launched faster)."""
-    return {
-        "name": "ok",
-        "command": [sys.executable, str(HONEST)],
-        "mode": "legacy",
-        "effects": {"lookup": "read"},
-        "timeout_s": 20,
-        "sandbox": "none",
-    }
 
 
 def _wild_http(mode: str, seen: dict[str, int]) -> type[Quiet]:
@@ -137,7 +124,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w5pins")
-    anyio.run(approve, write_config(folder, [_ok()]), "ok")
+    anyio.run(approve, write_config(folder, [honest_server(20)]), "ok")
     return folder / "pins.db"
 
 
@@ -161,7 +148,7 @@ async def test_an_http_answer_to_another_request_or_none_fails_its_call_at_once(
     answer: before, dropped by the SDK and the call waited out its 20 s timeout; now the call
     fails at once, named, and the server's next answer and the honest server's are its own."""
     with _web(mode) as (web, _):
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         started = time.monotonic()
         run = await run_question(config, "Q", _steps())
@@ -187,7 +174,7 @@ async def test_an_http_refusal_of_the_hosts_credentials_is_named_as_authorizatio
     now named as authorization, unavailable (retrying cannot help), the server's own header text
     (its metadata URL) not shown; the run ends honestly on it, the honest server having served."""
     with _web(mode) as (web, _):
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         steps = script(
             ("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), ("web__lookup", {"key": "b"}), "done"
@@ -207,7 +194,7 @@ async def test_an_http_server_refusing_the_host_at_start_is_named_as_authorizati
     about the 401 shows the URL bare (it showed the token in its query)."""
     with _web("locked") as (web, seen):
         web["url"] += "?api_key=Sup3rSecretT0kenValue"
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         steps = script(("ok__lookup", {"key": "d"}), "done")
         started = time.monotonic()
         run = await run_question(config, "Q", steps)
@@ -224,7 +211,7 @@ async def test_event_streams_ended_at_once_are_reopened_at_a_bounded_rate(tmp_pa
     the network allowed for the session's life (about 25 a second on a loaded machine, hundreds
     idle); now at most one per ``MIN_REOPEN_S``, and the calls are answered."""
     with _web("reopen") as (web, seen):
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         seen.clear()
         started = time.monotonic()
@@ -244,7 +231,7 @@ async def test_a_notification_left_unacknowledged_does_not_freeze_the_session(
     call waiting out its timeout); now taken as accepted after ``ACK_WAIT_S``, and every call
     is answered; the honest server serves."""
     with _web("unacknowledged") as (web, seen):
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         started = time.monotonic()
         await approve(config, "web")
         run = await run_question(config, "Q", _steps())
@@ -265,13 +252,15 @@ async def test_a_tool_too_large_to_offer_a_model_is_left_out_and_its_server_serv
     invalid at review, approval and every listing, named with its size, and the server's other
     tool and the honest server serve."""
     server = {
-        **_ok(),
+        **honest_server(20),
         "name": "x",
         "command": [sys.executable, str(WILD5)],
         "env": {"W5_MODE": "big_definition"},
     }
     config = write_config(
-        tmp_path, [{**server, "effects": {"lookup": "read", "big": "read"}}, _ok()], pins_from=pins
+        tmp_path,
+        [{**server, "effects": {"lookup": "read", "big": "read"}}, honest_server(20)],
+        pins_from=pins,
     )
     review, pinned, skipped = await approve_server(config, "x", actor="tester")
     assert pinned == ["lookup"] and [t.check.tool for t in review.tools] == ["lookup"]
@@ -294,12 +283,12 @@ async def test_megabytes_of_server_instructions_are_cut_for_review(tmp_path: Pat
     scanned for some 20 s and printed whole on the person's terminal; now cut at the size of
     the largest definition, named, and the server's tool is approved and served."""
     server = {
-        **_ok(),
+        **honest_server(20),
         "name": "x",
         "command": [sys.executable, str(WILD5)],
         "env": {"W5_MODE": "big_instructions"},
     }
-    config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+    config = write_config(tmp_path, [server, honest_server(20)], pins_from=pins)
     review, pinned, _ = await approve_server(config, "x", actor="tester")
     assert review.instructions is not None and len(review.instructions) < MAX_DEFINITION_CHARS + 200
     assert review.instructions.endswith(
@@ -320,9 +309,14 @@ async def test_a_server_offering_more_than_a_model_takes_is_offered_none_until_n
     before, all offered; now the server is offered none, named with how to narrow it, and the
     honest server serves; narrowed with the config's ``tools``, the same server serves."""
     monkeypatch.setattr(_listing, "MAX_OFFERED_CHARS", 4000)
-    server = {**_ok(), "name": "x", "command": [sys.executable, str(WILD5)], "env": {"W5_MODE": "many"}}
+    server = {
+        **honest_server(20),
+        "name": "x",
+        "command": [sys.executable, str(WILD5)],
+        "env": {"W5_MODE": "many"},
+    }
     (tmp_path / "narrowed").mkdir()
-    config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+    config = write_config(tmp_path, [server, honest_server(20)], pins_from=pins)
     _, pinned, _ = await approve_server(config, "x", actor="tester")
     assert sorted(pinned) == ["lookup", "t0", "t1", "t2", "t3", "t4", "t5"]
     steps = script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), "done")
@@ -332,7 +326,9 @@ async def test_a_server_offering_more_than_a_model_takes_is_offered_none_until_n
     assert "narrow them with the config's tools" in why and "value-of-a" not in run.seen("x__lookup")[0]
     assert "value-of-d" in run.seen("ok__lookup")[0]
     narrowed = write_config(
-        tmp_path / "narrowed", [{**server, "tools": ["lookup"]}, _ok()], pins_from=tmp_path / "pins.db"
+        tmp_path / "narrowed",
+        [{**server, "tools": ["lookup"]}, honest_server(20)],
+        pins_from=tmp_path / "pins.db",
     )
     run = await run_question(narrowed, "Q", steps)
     assert "value-of-a" in run.seen("x__lookup")[0] and "value-of-d" in run.seen("ok__lookup")[0]

@@ -25,26 +25,13 @@ from tether.mcp._httpcap import MAX_COOKIE_CHARS, MAX_COOKIES, MIN_REOPEN_S
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import Quiet, serving
 
-from .conftest import approve, script, write_config
+from .conftest import approve, honest_server, script, write_config
 from .wild6_server import DEEP, LOOKUP
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
-HONEST = Path(__file__).with_name("wild4_server.py")
 WILD6 = Path(__file__).with_name("wild6_server.py")
 SECRET = "Sup3rSecretT0kenValue"
-
-
-def _ok() -> dict[str, Any]:
-    """The honest stdio server, unconfined (launched faster)."""
-    return {
-        "name": "ok",
-        "command": [sys.executable, str(HONEST)],
-        "mode": "legacy",
-        "effects": {"lookup": "read"},
-        "timeout_s": 20,
-        "sandbox": "none",
-    }
 
 
 def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
@@ -135,7 +122,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w6pins")
-    anyio.run(approve, write_config(folder, [_ok()]), "ok")
+    anyio.run(approve, write_config(folder, [honest_server(20)]), "ok")
     return folder / "pins.db"
 
 
@@ -161,7 +148,7 @@ async def test_cookies_a_server_sets_with_every_answer_are_capped_and_its_sessio
     in all, the server's session cookie (set first) is sent with every later request, and the
     calls are answered."""
     with _web("cookies") as (web, seen):
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         seen.clear()
         run = await run_question(config, "Q", _steps())
@@ -184,7 +171,7 @@ async def test_what_httpx_and_the_sdk_log_shows_a_servers_url_bare_and_no_sessio
     caplog.set_level(logging.INFO, logger="mcp.client.streamable_http")
     with _web("honest") as (web, _):
         web["url"] += f"?api_key={SECRET}"
-        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [web, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         run = await run_question(config, "Q", _steps())
     _served(run)
@@ -204,7 +191,7 @@ async def test_a_call_whose_stream_keeps_asking_to_be_resumed_is_paced_and_ends_
     event stream is (``MIN_REOPEN_S``), and the server's other calls and the honest server
     serve."""
     with _web("resume") as (web, seen):
-        config = write_config(tmp_path, [{**web, "timeout_s": 3}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "timeout_s": 3}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         seen.clear()
         started = time.monotonic()
@@ -232,13 +219,13 @@ async def test_a_tool_nested_deeper_than_the_sdk_reads_is_left_out_and_the_other
             server["name"] = "x"
         else:
             server = {
-                **_ok(),
+                **honest_server(20),
                 "name": "x",
                 "command": [sys.executable, str(WILD6)],
                 "env": {"W6_MODE": "deep"},
             }
         server["effects"] = {"lookup": "read", "deep": "read"}
-        config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [server, honest_server(20)], pins_from=pins)
         review, pinned, skipped = await approve_server(config, "x", actor="tester")
         assert pinned == ["lookup"] and [t.check.tool for t in review.tools] == ["lookup"]
         assert f"nests more than {PARSER_DEPTH - 3} levels deep" in skipped["deep"]
