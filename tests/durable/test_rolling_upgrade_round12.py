@@ -55,8 +55,10 @@ def test_the_event_a_killed_worker_cut_short_is_written_back_from_the_index_on_r
     operator: Operator,  # noqa: F811
 ) -> None:
     """w1 pauses a run for approval and is killed (-9) inside a trace write: the file's last line
-    is cut short (the PostgreSQL index holds the event). Approved, w2 resumes the run: its file
-    holds every event, 1 to the last, each once, the cut one as the index has it."""
+    is cut short (the PostgreSQL index holds the event). Approved, w2 resumes the run: it finishes,
+    its effect once, and its file holds every event, 1 to the last, each once, the cut one as the
+    index has it (``tether trace stats`` reads it; round 11 played the same kill before the
+    write-back)."""
     from tether.trace._pg_index import PgTraceIndex
 
     op = operator
@@ -80,6 +82,8 @@ def test_the_event_a_killed_worker_cut_short_is_written_back_from_the_index_on_r
     assert kinds[-1] == "stop" and kinds.count("run_resumed") == 1, kinds
     cut = json.loads(last)
     assert events[cut["seq"] - 1] == cut  # as it was written, restored from the index
+    stats = op.cli("trace", "stats", str(trace))
+    assert stats["stop_reason"] == "accepted" and stats["run_id"] == run_id, stats
     index = PgTraceIndex(op.url)
     try:
         assert [e["seq"] for e in index.events(run_id)] == [e["seq"] for e in events]
