@@ -21,8 +21,7 @@ from tether.core._work import WORK_PER_NODE, WORK_STEPS, budget
 from tether.core.stop import StopReason
 from tether.mcphost._runner import ScriptStep, run_question
 
-from .conftest import approve, script, write_config
-from .test_wild_round6 import _ok
+from .conftest import approve, honest_server, script, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -35,7 +34,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w10pins")
-    config = write_config(folder, [w10("x"), _ok()])
+    config = write_config(folder, [w10("x"), honest_server(20)])
 
     async def go() -> None:
         await approve(config, "ok")
@@ -76,7 +75,7 @@ async def test_checks_that_multiply_schema_by_value_are_refused_named_and_fittin
     against 1 500 alternatives (seconds of the event loop in the intake): each
     check now stops at its budget, named, and the call fails alone. The same tools with values
     that fit their schemas are served, as are ``lookup`` and the honest server."""
-    config = write_config(tmp_path, [w10("x"), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w10("x"), honest_server(20)], pins_from=pins)
     calls = [
         ("x__many", {"key": "fit"}),
         ("x__many", {"key": "flood"}),
@@ -135,7 +134,7 @@ async def test_a_costly_result_is_checked_off_the_event_loop_while_the_honest_se
 
     monkeypatch.setattr(_results, "output_failure", held_check)
     monkeypatch.setattr(_calling, "checked_output", honest_after_start)
-    config = write_config(tmp_path, [w10("x"), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w10("x"), honest_server(20)], pins_from=pins)
     both = ScriptStep(calls=(("x__many", {"key": "flood"}), ("ok__lookup", {"key": "g"})))
     run = await run_question(config, "Q", [both, ScriptStep(final="done")])
     assert waited == [True]  # before: False, the loop held by the check for the whole wait

@@ -27,8 +27,7 @@ from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 from tether_testing.loopback import Quiet, serving
 
-from .conftest import approve, script, write_config
-from .test_wild_round6 import _ok
+from .conftest import approve, honest_server, script, write_config
 from .wild11_server import NOTES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
@@ -55,7 +54,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w11pins")
-    config = write_config(folder, [w11(), _ok()])
+    config = write_config(folder, [w11(), honest_server(20)])
 
     async def go() -> None:
         await approve(config, "x")
@@ -88,7 +87,7 @@ async def test_a_servers_own_error_under_32000_fails_its_call_and_the_server_kee
     the host read it as the SDK's "Connection closed", so the call "went away", the server was
     lost (here: quarantined, the run stopped as a dependency unavailable). Now the call fails
     with the server's words, and the same process serves the next call (its count goes on)."""
-    config = write_config(tmp_path, [{**w11(), "restart": "never"}, _ok()], pins_from=pins)
+    config = write_config(tmp_path, [{**w11(), "restart": "never"}, honest_server(20)], pins_from=pins)
     calls = [("x__lookup", {"key": k}) for k in ("a", "busy", "b")]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
     first, busy, after = run.seen("x__lookup")
@@ -203,7 +202,7 @@ async def test_an_http_servers_own_error_under_32000_keeps_its_session(tmp_path:
     session (one ``initialize`` for approval, one for the run)."""
     counted: list[str] = []
     with _web(counted) as web:
-        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "restart": "never"}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         calls = [("web__lookup", {"key": k}) for k in ("a", "busy", "b")]
         run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
@@ -228,7 +227,7 @@ async def test_a_session_id_the_host_cannot_send_back_is_named_and_never_adopted
             await approve(config, "web")
     counted: list[str] = []
     with _web(counted, session="sid 1") as web:
-        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "restart": "never"}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         calls = [("web__lookup", {"key": k}) for k in ("a", "renamed", "b")]
         run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
@@ -248,7 +247,7 @@ async def test_an_http_request_answered_202_accepted_fails_alone_and_keeps_the_s
     the call fails naming what the server did, and the next goes on the session."""
     counted: list[str] = []
     with _web(counted) as web:
-        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "restart": "never"}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         calls = [("web__lookup", {"key": k}) for k in ("a", "accepted", "b")]
         run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
@@ -269,7 +268,7 @@ async def test_an_http_answer_httpx_cannot_read_fails_its_call_and_keeps_the_ses
     on the same session."""
     counted: list[str] = []
     with _web(counted) as web:
-        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "restart": "never"}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         calls = [("web__lookup", {"key": k}) for k in ("a", "big_headers", "bad_chunks", "b")]
         run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
@@ -346,7 +345,7 @@ async def test_answers_in_a_batch_are_read_and_an_invalid_answer_naming_a_method
     ``method_in_result`` answers with an invalid message whose result has a ``"method"`` key:
     it fails its call at once, named (before: taken for a request, the call waited out its
     timeout). The next call and the honest server are served."""
-    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w11(), honest_server(20)], pins_from=pins)
     keys = ("batch", "batch_only", "method_in_result", "after")
     calls = [("x__lookup", {"key": k}) for k in keys]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
@@ -365,7 +364,7 @@ async def test_structured_content_with_no_content_block_is_what_the_model_reads(
     shown an empty result; now it reads the structured content (checked against the output
     schema first). The same answer with a text block is shown as it was, and structured content
     not matching the schema is still refused."""
-    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w11(), honest_server(20)], pins_from=pins)
     calls = [("x__stats", {"key": k}) for k in ("alone", "both", "bad")]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
     alone, both, bad = run.seen("x__stats")
@@ -393,7 +392,7 @@ async def test_log_lines_the_sdk_writes_for_a_servers_refused_messages_are_one_l
     monkeypatch.setattr(_connection, "_SDK_PACE", {})  # this test's server alone
     monkeypatch.setattr(_connection, "_SDK_HELD", held)
     caplog.set_level(logging.INFO)
-    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w11(), honest_server(20)], pins_from=pins)
     calls = [("x__lookup", {"key": k}) for k in ("bad_notes", "after")]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
     assert "value-of-bad_notes (call 1)" in run.seen("x__lookup")[0]
@@ -420,7 +419,7 @@ async def test_an_empty_next_cursor_or_a_byte_order_mark_is_read_as_clients_read
     with a UTF-8 byte order mark: before, its answer to ``initialize`` was "not valid JSON-RPC"
     and it failed at start; now the mark is dropped. Either way every tool is served (the pins
     are the same tools)."""
-    config = write_config(tmp_path, [{**w11(), "env": {quirk: "1"}}, _ok()], pins_from=pins)
+    config = write_config(tmp_path, [{**w11(), "env": {quirk: "1"}}, honest_server(20)], pins_from=pins)
     calls = [("x__lookup", {"key": "a"}), ("x__stats", {"key": "both"})]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
     assert "value-of-a (call 1)" in run.seen("x__lookup")[0]
@@ -441,7 +440,7 @@ async def test_a_tool_with_an_icon_of_a_data_uri_is_offered_and_its_size_counts_
     from .wild11_server import ICON, ICON_CHARS, TOOLS
 
     assert ICON_CHARS > MAX_DEFINITION_CHARS
-    config = write_config(tmp_path, [{**w11(), "env": {"W11_ICONS": "1"}}, _ok()])
+    config = write_config(tmp_path, [{**w11(), "env": {"W11_ICONS": "1"}}, honest_server(20)])
     pinned, skipped = await approve(config, "x")
     assert "lookup" in pinned and "lookup" not in skipped
     await approve(config, "ok")

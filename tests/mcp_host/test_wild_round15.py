@@ -31,8 +31,7 @@ from tether.models._base import ModelRequest, ModelResponse
 from tether.models._estimate import estimate_request
 from tether.trace._tracer import read_trace
 
-from .conftest import approve, script, write_config
-from .test_wild_round6 import _ok
+from .conftest import approve, honest_server, script, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2", "X3")]
 
@@ -59,7 +58,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w15pins")
-    config = write_config(folder, [w15(), _ok()])
+    config = write_config(folder, [w15(), honest_server(20)])
 
     async def go() -> None:
         await approve(config, "x")
@@ -87,7 +86,7 @@ async def test_next_cursors_of_megabytes_count_toward_the_listing_bound(tmp_path
     log = tmp_path / "pages.log"
     fat = w15(env={"W15_PAGES": "20", "W15_CURSOR_BYTES": str(4_000_000), "W15_LOG": str(log)})
     (tmp_path / "fat").mkdir()
-    config = write_config(tmp_path / "fat", [fat, _ok()])
+    config = write_config(tmp_path / "fat", [fat, honest_server(20)])
     with pytest.raises(DependencyUnavailable, match=f"listing went past {LISTING_CHARS} characters"):
         await approve(config, "x")
     asked = log.read_text(encoding="utf-8").splitlines()
@@ -128,7 +127,7 @@ async def test_a_sampling_prompt_larger_than_the_budget_left_is_refused_before_i
     budget. Now it is refused before the consent hook or the model sees it, named in the trace;
     a short request of the same server is sampled, and the honest server serves."""
     sampling = {"enabled": True, "max_calls": 3, "max_calls_per_call": 1, "max_total_tokens": 4000}
-    config = write_config(tmp_path, [w15(sampling=sampling), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w15(sampling=sampling), honest_server(20)], pins_from=pins)
     sampler, shown = _BilledSampler(), []
     steps = script(
         ("x__lookup", {"key": "sample:400000"}),
@@ -177,7 +176,7 @@ async def test_progress_of_numbers_json_cannot_hold_is_traced_as_strict_json(
     """Progress of ``1e999`` out of ``NaN`` (each read by the SDK as a float): the trace line held
     them bare (``Infinity``, ``NaN``), which no strict reader takes. Now they are written as their
     names, every trace line is strict JSON, and ordinary progress keeps its numbers."""
-    config = write_config(tmp_path, [w15(), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w15(), honest_server(20)], pins_from=pins)
     steps = script(
         ("x__lookup", {"key": "progress:1e999/NaN"}),
         ("x__lookup", {"key": "progress:-1e999/2.5"}),
@@ -200,7 +199,7 @@ async def test_a_long_line_on_stdout_is_read_in_time_linear_in_its_size(tmp_path
     allowed 2 million characters): each line was joined from its chunks by copying it whole at
     each one, about 5 s of the host's CPU a line, on its event loop. Now a line costs what its
     size does; the calls are answered, and the honest server serves."""
-    config = write_config(tmp_path, [w15(max_result_chars=2_000_000), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w15(max_result_chars=2_000_000), honest_server(20)], pins_from=pins)
     steps = script(
         ("x__lookup", {"key": "junk:24"}),
         ("x__lookup", {"key": "junk:24"}),

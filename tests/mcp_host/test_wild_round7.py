@@ -19,8 +19,8 @@ from tether.mcp._deep import CUT, PARSER_DEPTH, cut_events
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import approve, script, write_config
-from .test_wild_round6 import _ok, _served, _wild_http
+from .conftest import approve, honest_server, script, write_config
+from .test_wild_round6 import _served, _wild_http
 from .wild6_server import DEEP, LOOKUP
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
@@ -37,7 +37,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w7pins")
-    anyio.run(approve, write_config(folder, [_ok()]), "ok")
+    anyio.run(approve, write_config(folder, [honest_server(20)]), "ok")
     return folder / "pins.db"
 
 
@@ -67,7 +67,7 @@ async def test_a_listing_too_deep_in_events_framed_lf_then_crlf_is_cut_and_the_o
     tool alone is left out, named, and the server's other tool and the honest server serve."""
     with _mixed_web() as server:
         server["effects"] = {"lookup": "read", "deep": "read"}
-        config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [server, honest_server(20)], pins_from=pins)
         review, pinned, skipped = await approve_server(config, "x", actor="tester")
         assert pinned == ["lookup"] and [t.check.tool for t in review.tools] == ["lookup"]
         assert f"nests more than {PARSER_DEPTH - 3} levels deep" in skipped["deep"]

@@ -29,8 +29,8 @@ from tether.mcp._source import MAX_LISTING_CHARS
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import approve, script, write_config
-from .test_wild_round6 import _ok, _wild_http
+from .conftest import approve, honest_server, script, write_config
+from .test_wild_round6 import _wild_http
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -43,7 +43,7 @@ def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import anyio
 
     folder = tmp_path_factory.mktemp("w9pins")
-    anyio.run(approve, write_config(folder, [_ok()]), "ok")
+    anyio.run(approve, write_config(folder, [honest_server(20)]), "ok")
     return folder / "pins.db"
 
 
@@ -122,7 +122,7 @@ async def test_compressed_answers_are_decoded_within_the_hosts_limit_and_checked
     does the honest server."""
     asked: list[str] = []
     with _compressing(asked) as web:
-        config = write_config(tmp_path, [{**web, "timeout_s": 20}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "timeout_s": 20}, honest_server(20)], pins_from=pins)
         await approve(config, "web")
         keys = ["a", "bomb", "forged", "zstd", "b"]
         steps = script(*[("web__lookup", {"key": k}) for k in keys], ("ok__lookup", {"key": "d"}), "done")
@@ -160,7 +160,7 @@ async def test_schemas_that_cost_unbounded_work_to_check_are_refused_and_ordinar
     references counted and uniqueness found in linear time: the first two calls are refused,
     named, the third served; an ordinary output schema is still enforced, and the honest server
     serves."""
-    config = write_config(tmp_path, [w9("x"), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w9("x"), honest_server(20)], pins_from=pins)
     await approve(config, "x")
     calls = [
         ("spread", "a"),
@@ -213,7 +213,7 @@ async def test_a_listing_whose_pages_come_to_more_than_the_host_holds_fails_that
     ``MAX_LISTED_TOOLS`` tools is: that server's calls fail, named, the honest one serves."""
     await approve(write_config(tmp_path, [w9("x")], pins_from=pins), "x")  # (pins: for the command)
     fat = w9("x", env={"W9_FAT_PAGES": "5"}, tools=["lookup"], effects={"lookup": "read"})
-    config = write_config(tmp_path, [fat, _ok()])
+    config = write_config(tmp_path, [fat, honest_server(20)])
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "done"
     )
@@ -232,7 +232,7 @@ async def test_a_pattern_that_backtracks_exponentially_is_matched_in_linear_time
     host. Now such a pattern is matched by a linear simulation: the argument is refused, the
     result is ``invalid_output``, both named; matching ones are served, as is the honest
     server."""
-    config = write_config(tmp_path, [w9("x"), _ok()], pins_from=pins)
+    config = write_config(tmp_path, [w9("x"), honest_server(20)], pins_from=pins)
     await approve(config, "x")
     near = "b" * 40 + "!"
     calls = [("label", "some words"), ("label", near), ("label", "a" * 40), ("lookup", "e")]
@@ -329,7 +329,7 @@ async def test_a_compressed_event_stream_is_decoded_before_a_listing_too_deep_is
 
     with serving(App) as base:
         web = {"name": "web", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
-        config = write_config(tmp_path, [{**web, "timeout_s": 20}, _ok()], pins_from=pins)
+        config = write_config(tmp_path, [{**web, "timeout_s": 20}, honest_server(20)], pins_from=pins)
         pinned, skipped = await approve(config, "web")  # before: the server could not be started
         assert pinned == ["lookup"] and "nests more than" in skipped["deep"]
         steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), "done")
