@@ -215,11 +215,22 @@ class OpenAIResponses(OpenAIBackend):
         said = _Said()
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
+        begun: object = None  # the response's id, as ``response.created`` gave it
+        restarts = 0
         async for event in events(response, self.failures, self.max_response_bytes):
             if said.again(event):
                 continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
-            if kind == "response.output_text.delta":
+            if kind == "response.created":
+                now = (event.get("response") or {}).get("id")
+                if begun is not None and now and now != begun:
+                    # Another response begun (a proxy that retried upstream mid-stream and sends
+                    # the new one from its start): its items start over, as an Anthropic
+                    # ``message_start`` begun again does (before: the first response's text ran
+                    # into the second's and the stream was refused as garbled, on every try).
+                    said, restarts = _Said(), restarts + 1
+                begun = now or begun
+            elif kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
                 if on_delta is not None:
                     on_delta("text", str(event.get("delta", "")))
@@ -251,10 +262,11 @@ class OpenAIResponses(OpenAIBackend):
         if final is None:
             why = f"the stream ended without a terminal event ({len(said.done)} items)"
             raise Retryable("stream_incomplete", why)
-        return self._parse(final, said.items(), list(said.done.values()))
+        meta = {"stream_restarts": restarts} if restarts else {}
+        return self._parse(final, said.items(), list(said.done.values()), **meta)
 
     def _parse(
-        self, data: dict[str, Any], streamed: list[dict[str, Any]], done: list[Any] | None = None
+        self, data: dict[str, Any], streamed: list[dict[str, Any]], done: list[Any] | None = None, **meta: Any
     ) -> ModelResponse:
         usage = _usage(data.get("usage") or {})
         billed(usage)  # counted even if the answer is then refused
@@ -317,7 +329,8 @@ class OpenAIResponses(OpenAIBackend):
             reasoning="".join(thought) or None,
             provider_items=tuple(kept),
         )
-        meta = {"reasoning_not_kept": unsendable} if unsendable else {}
+        if unsendable:
+            meta["reasoning_not_kept"] = unsendable
         return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
 
 
