@@ -20,7 +20,9 @@ a stream that ends without a finish reason (the server died mid-answer; ``[DONE]
 missing: a stream that reached its finish reason is whole),
 a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
 completion, and a response with neither text nor tool calls. Once retries are spent the run
-ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
+ends ``model_error``. A stream's answer is choice 0, else the lowest numbered (as a whole
+answer's is), and a completion begun again mid-stream under a new id (a proxy that retried
+upstream) starts over (``_Stream``). Tool-call arguments are returned raw — malformed JSON and unknown tool
 names are the host gate's business, which hands them back to the model as recoverable errors.
 
 ``reasoning_content`` (models that think aloud) is stored on the ``AssistantMessage`` and sent

@@ -215,21 +215,21 @@ class OpenAIResponses(OpenAIBackend):
         said = _Said()
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
-        begun: object = None  # the response's id, as ``response.created`` gave it
+        begun = False  # ``response.created`` came
         restarts = 0
         async for event in events(response, self.failures, self.max_response_bytes):
             if said.again(event):
                 continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
             if kind == "response.created":
-                now = (event.get("response") or {}).get("id")
-                if begun is not None and now and now != begun:
-                    # Another response begun (a proxy that retried upstream mid-stream and sends
-                    # the new one from its start): its items start over, as an Anthropic
-                    # ``message_start`` begun again does (before: the first response's text ran
-                    # into the second's and the stream was refused as garbled, on every try).
+                if begun:
+                    # The response begun again (a proxy that retried upstream mid-stream, or
+                    # resent the stream from its start without its sequence numbers): its items
+                    # start over, as an Anthropic ``message_start`` begun again does (before: the
+                    # two runs' text ran together and the stream was refused as garbled, on every
+                    # try). The same event sent again under its number was passed over above.
                     said, restarts = _Said(), restarts + 1
-                begun = now or begun
+                begun = True
             elif kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
                 if on_delta is not None:
