@@ -275,7 +275,7 @@ class OpenAICompatible(OpenAIBackend):
                 name=str((c.get("function") or {}).get("name") or ""),
                 arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
-            for c in wire.get("tool_calls") or _legacy_call(wire)
+            for c in _listed(wire.get("tool_calls")) or _legacy_call(wire)
         )
         reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
@@ -378,7 +378,7 @@ class _Choice:
         piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
         _piece(self.thought, piece, "reasoning", on_delta)
         legacy = "function_call" in delta and not delta.get("tool_calls")
-        for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
+        for tc in _legacy_call(delta) if legacy else _listed(delta.get("tool_calls")):
             _add_call_delta(self.calls, tc, on_delta)
 
 
@@ -513,6 +513,13 @@ def _whole_json(call: dict[str, Any]) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _listed(calls: Any) -> Any:
+    """A message's (or delta's) ``tool_calls``: one call sent as an object, not a list of one (a
+    server that writes a single call bare), is that list, as content sent as one part object is
+    (``_text``); none is no calls; a list as sent."""
+    return [calls] if isinstance(calls, dict) else calls or ()
 
 
 def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
