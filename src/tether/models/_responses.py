@@ -287,10 +287,11 @@ class OpenAIResponses(OpenAIBackend):
             kind = item.get("type")
             if kind == "message":
                 for part in item.get("content") or ():
+                    # a part's text null (a translating proxy's) is none, as an empty one is
                     if part.get("type") in ("output_text", "text"):
-                        text.append(part.get("text", ""))
+                        text.append(part.get("text") or "")
                     elif part.get("type") == "refusal":
-                        refusal.append(part.get("refusal", ""))
+                        refusal.append(part.get("refusal") or "")
             elif kind == "function_call":
                 call_id = item.get("call_id") or "call_" + uuid.uuid4().hex[:16]
                 calls.append(
@@ -301,7 +302,7 @@ class OpenAIResponses(OpenAIBackend):
                     kept.append(back)
                 else:
                     unsendable += 1
-                thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
+                thought.extend(str(s.get("text") or "") for s in item.get("summary") or ())
             elif client_call(item):
                 # A call the client must answer, of a kind the run never offers (a custom tool, a
                 # shell, a computer): the model asked for an action no tool here performs, so its
