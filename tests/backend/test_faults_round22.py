@@ -24,6 +24,8 @@ Faults fixed this round:
 - An Anthropic block or delta whose text, input JSON or thinking is ``null`` (a translating proxy
   that writes every field it has no value for) says nothing, as an empty one does (before: an
   internal ``TypeError``, the answer retried as unusable on every try, ``model_error``).
+- A Responses text part or reasoning summary whose text is ``null`` says nothing (before: an
+  internal ``TypeError``, unusable on every try; a summary's ``null`` was read as "None").
 - A chat ``tool_calls`` sent as the one call's object, not a list of one, is that call, as content
   sent as one part object is (before: unusable on every try, ``model_error``).
 """
@@ -42,7 +44,7 @@ from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_ca
 from test_faults_round10 import run_agent
 
 from tether.core.messages import UserMessage
-from tether.models import ModelRequest, OpenAICompatible, OpenAIResponses, RetryPolicy
+from tether.models import AnthropicMessages, ModelRequest, OpenAICompatible, OpenAIResponses, RetryPolicy
 from tether.models._base import finish_of
 from tether_testing.fake_server import Reply, scripted
 
@@ -134,6 +136,23 @@ def null_pieces(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return out
 
 
+def null_parts(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Responses: every message item (done, or in the terminal output) with one more text part
+    whose text is ``null``, every reasoning item with one more summary whose text is ``null``."""
+    for event in items:
+        response = event.get("response", event)
+        listed = [
+            *(response.get("output") or ()),
+            *([event["item"]] if isinstance(event.get("item"), dict) else ()),
+        ]
+        for item in listed:
+            if item.get("type") == "message":
+                item["content"] = [*(item.get("content") or ()), {"type": "output_text", "text": None}]
+            if item.get("type") == "reasoning":
+                item["summary"] = [*(item.get("summary") or ()), {"type": "summary_text", "text": None}]
+    return items
+
+
 def lone_call_bare(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """Chat: ``tool_calls`` as the one call's object, not a list of one."""
     for item in items:
@@ -191,6 +210,7 @@ CASES = [
     Case("responses_resent_from_its_start_unnumbered", only(("openai-responses",), good(
         edit=lambda p, s, items: responses_begun_again(p, s, items, same=True))), True, modes=STREAM),
     Case("anthropic_null_pieces", only(("anthropic",), good(edit=null_pieces)), True, modes=STREAM),
+    Case("responses_null_parts", only(("openai-responses",), good(edit=null_parts)), True),
     Case("chat_a_lone_call_not_in_a_list", only(("openai-chat",), good(edit=lone_call_bare)), True),
     Case("chat_lone_choice_numbered_1", only(("openai-chat",), good(edit=lone_choice_numbered(1))), True),
     Case("chat_lone_choice_numbered_7", only(("openai-chat",), good(edit=lone_choice_numbered(7))), True,
@@ -275,6 +295,36 @@ def test_the_python_api_reads_a_stream_begun_again_as_its_second_answer(
     finish = {"openai-chat": "tool_calls", "openai-responses": "stop"}[provider]  # Responses: completed
     assert (response.meta["stream_restarts"], response.meta["finish"]) == (1, finish)
     assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (100, 10)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("provider", ["anthropic", "openai-responses"])
+def test_the_python_api_reads_a_null_piece_as_none(provider: str, stream: bool) -> None:
+    """``complete`` on an answer whose thinking (Anthropic) or reasoning summary and text part
+    (Responses) holds a ``null`` piece beside real ones: the text and reasoning the others say,
+    no ``None`` written into either."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        if provider == "openai-responses":
+            return null_parts(provider, stream, items)
+        for event in items:  # a thinking block (whole) or thinking delta (streamed) of null
+            for block in (event.get("content") or ()) if not stream else ():
+                if block.get("type") == "thinking":
+                    event["content"] = [{**block, "thinking": None}, *event["content"]]
+                    break
+        return null_pieces(provider, stream, items) if stream else items
+
+    backend = {"anthropic": AnthropicMessages, "openai-responses": OpenAIResponses}[provider]
+    reply = Reply(content=ANSWER, reasoning="The order is open.", edit=edit)
+
+    async def go() -> Any:
+        with SERVERS[provider](scripted([reply])) as server:
+            model = backend("m-1", base_url=server.url, stream=stream, transport="http", retry=RetryPolicy(0))
+            async with model:
+                return await model.complete(ModelRequest(messages=(UserMessage(content="742?"),)))
+
+    response = anyio.run(go)
+    assert (response.message.content, response.message.reasoning) == (ANSWER, "The order is open.")
 
 
 # -- a fallback chain across a failing model ----------------------------------------------------
