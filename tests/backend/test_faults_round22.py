@@ -90,6 +90,16 @@ def chat_new_id_every_chunk(p: str, stream: bool, items: list[Any]) -> list[Any]
     return items
 
 
+def chat_closed_by_a_proxy(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: the chunk that says the finish under the proxy's own id, its delta giving the role:
+    the completion under way ends; no other begins."""
+    for item in items:
+        if _finishes(item):
+            item["id"] = "proxy-close"
+            item["choices"][0]["delta"] = {"role": "assistant"}
+    return items
+
+
 def responses_begun_again(p: str, stream: bool, items: list[Any], *, same: bool = False) -> list[Any]:
     """Responses: a proxy that retried upstream: the first response's events up to its first
     delta (under its own response id), then the second response whole, from ``response.created``;
@@ -205,6 +215,8 @@ CASES = [
          only(("openai-chat",), good(edit=chat_begun_again("length"))), True, modes=STREAM),
     Case("chat_every_chunk_a_new_id_and_role", only(("openai-chat",), good(edit=chat_new_id_every_chunk)),
          True, modes=STREAM),
+    Case("chat_closed_by_a_proxy_chunk_under_its_own_id", only(("openai-chat",), good(
+        edit=chat_closed_by_a_proxy)), True, modes=STREAM),
     Case("responses_response_begun_again_mid_stream",
          only(("openai-responses",), good(edit=responses_begun_again)), True, modes=STREAM),
     Case("responses_resent_from_its_start_unnumbered", only(("openai-responses",), good(

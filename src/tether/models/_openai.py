@@ -391,8 +391,8 @@ class _Stream:
     completion from its first chunk after what it had passed on of the first) starts the
     choices over, as an Anthropic ``message_start`` does: a chunk under another ``id`` than the
     completion's, once two chunks shared that id (a server that gives every chunk a new id
-    never restarts), whose delta opens a turn (``role``). Before, the two completions' text ran
-    together and the garbled answer was accepted."""
+    never restarts), whose delta opens a turn (``role``, and no finish: ``_opens``). Before, the
+    two completions' text ran together and the garbled answer was accepted."""
 
     __slots__ = ("choices", "done", "id", "on_delta", "restarts", "stable")
 
@@ -412,7 +412,7 @@ class _Stream:
                 self.stable = True
             elif self.id is None:
                 self.id = said
-            elif self.stable and any((c.get("delta") or {}).get("role") for c in choices):
+            elif self.stable and any(_opens(c) for c in choices):
                 self.choices, self.id, self.stable = {}, said, False
                 self.restarts += 1
         for choice in choices:
@@ -432,6 +432,13 @@ class _Stream:
 
     def whole(self) -> bool:
         return self.done or self.answer().ending.whole()
+
+
+def _opens(choice: Mapping[str, Any]) -> bool:
+    """Whether a chunk's choice opens a completion: its delta gives the role, and it says no
+    finish (a proxy's own closing chunk under its own id, role and all, ends the completion
+    under way; it does not begin another)."""
+    return bool((choice.get("delta") or {}).get("role")) and not choice.get("finish_reason")
 
 
 def _answer_choice(choices: list[Any]) -> Any:
