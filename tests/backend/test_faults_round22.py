@@ -180,7 +180,7 @@ FILTERS = {
 }
 LIMITS = {
     "openai-chat": "context_length_exceeded",
-    "anthropic": "token_limit",
+    "anthropic": "context_overflow",
     "openai-responses": "max_tokens_reached",
 }
 
@@ -265,7 +265,16 @@ def test_a_round22_fault_ends_honestly_and_a_quirk_is_accepted(
 
 @pytest.mark.parametrize(
     "name",
-    ["tether_future_reason", "max_tool_calls", "MALFORMED_FUNCTION_CALL", "abort", "end", "", "cancelled"],
+    [
+        "tether_future_reason",
+        "max_tool_calls",
+        "MALFORMED_FUNCTION_CALL",
+        "abort",
+        "end",
+        "",
+        "cancelled",
+        "eot_token",
+    ],
 )
 def test_a_finish_without_a_word_of_either_kind_stays_unknown(name: str) -> None:
     """Only a filter or a token-limit word reads a finish the table lacks; anything else is

@@ -64,7 +64,7 @@ _FINISHES: dict[str, Finish] = {
 # Words that name, inside a finish this table lacks, what it is: a filter or a refusal (Gemini's
 # ``PROHIBITED_CONTENT``, ``BLOCKLIST``, ``SPII``, ``IMAGE_SAFETY``; Bedrock's ``content_filtered``,
 # ``guardrail_intervened``; Cohere's ``ERROR_TOXIC``), or a token limit (``context_length_exceeded``,
-# ``token_limit``). A refusal word wins over a limit word.
+# ``max_completion_tokens``). A refusal word wins over a limit word.
 _REFUSED_WORDS = frozenset(
     {
         "blocked",
@@ -84,7 +84,8 @@ _REFUSED_WORDS = frozenset(
         "toxic",
     }
 )
-_LENGTH_WORDS = frozenset({"length", "token", "tokens", "truncated", "context"})
+# (``tokens``, not ``token``: a stop token, ``eot_token``, names a normal end the table may lack)
+_LENGTH_WORDS = frozenset({"length", "tokens", "truncated", "context"})
 _WORD = re.compile(r"[a-z]+")
 
 
