@@ -26,6 +26,11 @@ Faults fixed this round:
   internal ``TypeError``, the answer retried as unusable on every try, ``model_error``).
 - A Responses text part or reasoning summary whose text is ``null`` says nothing (before: an
   internal ``TypeError``, unusable on every try; a summary's ``null`` was read as "None").
+- A chat stream of one event holding the whole ``chat.completion`` (its ``message``, not a
+  ``delta``: a proxy that turns a whole answer into a stream), and a whole answer whose choice
+  says its message as a ``delta``, are read as the answer they hold, as an Anthropic
+  ``message_start`` holding its blocks whole is (before: an empty answer, or an unusable one, on
+  every try). An Anthropic ``content`` sent as bare text is its one text block.
 - A chat ``tool_calls`` sent as the one call's object, not a list of one, is that call, as content
   sent as one part object is (before: unusable on every try, ``model_error``).
 """
@@ -173,6 +178,45 @@ def lone_call_bare(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return items
 
 
+def whole_as_one_event(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: a proxy that turns a whole answer into a stream: one event holding the
+    ``chat.completion`` whole (its ``message``, not a ``delta``), then ``[DONE]``."""
+    text, calls, finish, usage = "", {}, None, None
+    for item in items:
+        usage = (item.get("usage") if isinstance(item, dict) else None) or usage
+        for choice in item.get("choices") or () if isinstance(item, dict) else ():
+            text += choice["delta"].get("content") or ""
+            for tc in choice["delta"].get("tool_calls") or ():
+                call = calls.setdefault(tc["index"], {"id": tc.get("id"), "type": "function"})
+                fn = call.setdefault("function", {"name": "", "arguments": ""})
+                fn["name"] += tc["function"].get("name") or ""
+                fn["arguments"] += tc["function"].get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    message = {
+        "role": "assistant",
+        "content": text or None,
+        **({"tool_calls": [*calls.values()]} if calls else {}),
+    }
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "model": "m-1", "usage": usage}
+    answer["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
+    return [answer, b"data: [DONE]\n\n"]
+
+
+def message_as_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: a whole answer whose choice says its message as a ``delta``."""
+    choice = items[0]["choices"][0]
+    choice["delta"] = choice.pop("message")
+    return items
+
+
+def bare_text(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: a whole answer of one text block whose ``content`` is that text, bare."""
+    content = items[0]["content"]
+    if [b["type"] for b in content] == ["text"]:
+        items[0]["content"] = content[0]["text"]
+    return items
+
+
 FILTERS = {
     "openai-chat": "PROHIBITED_CONTENT",
     "anthropic": "guardrail_intervened",
@@ -224,6 +268,12 @@ CASES = [
     Case("anthropic_null_pieces", only(("anthropic",), good(edit=null_pieces)), True, modes=STREAM),
     Case("responses_null_parts", only(("openai-responses",), good(edit=null_parts)), True),
     Case("chat_a_lone_call_not_in_a_list", only(("openai-chat",), good(edit=lone_call_bare)), True),
+    Case("chat_a_whole_answer_as_one_stream_event", only(("openai-chat",), good(edit=whole_as_one_event)),
+         True, modes=STREAM),
+    Case("chat_a_whole_answer_written_as_a_delta", only(("openai-chat",), good(edit=message_as_delta)), True,
+         modes=("whole",)),
+    Case("anthropic_content_as_bare_text", only(("anthropic",), good(edit=bare_text)), True,
+         modes=("whole",)),
     Case("chat_lone_choice_numbered_1", only(("openai-chat",), good(edit=lone_choice_numbered(1))), True),
     Case("chat_lone_choice_numbered_7", only(("openai-chat",), good(edit=lone_choice_numbered(7))), True,
          modes=STREAM),

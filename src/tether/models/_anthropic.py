@@ -239,7 +239,7 @@ class AnthropicMessages(HTTPBackend):
     # -- call ---------------------------------------------------------------------------------
 
     def _whole(self, message: dict[str, Any]) -> ModelResponse:
-        content = message.get("content")
+        content = _listed(message.get("content"))
         if not isinstance(content, list):
             raise Retryable("unusable_response", f"the answer is not a message: {str(message)[:200]}")
         turn = _Turn()
@@ -373,6 +373,7 @@ class _Blocks:
         (none, as the API sends it; a proxy that turns a whole answer into a stream may put them
         all there), as the official SDK's accumulator reads them."""
         blocks = cls()
+        content = _listed(content)
         for block in content if isinstance(content, list) else ():
             blocks.start(None, {**block, "_json": []} if block.get("type") == "tool_use" else dict(block))
         return blocks
@@ -428,6 +429,15 @@ class _Blocks:
             # to append: a proxy that also gives it in ``content_block_start`` would send it back
             # twice over, and the API refuses the next request's thinking block).
             block["signature"] = delta["signature"]
+
+
+def _listed(content: Any) -> Any:
+    """A message's ``content`` as a list of blocks: text sent bare (a proxy that writes the
+    answer as the request's string form) is its one text block, a block sent unlisted its one
+    block (before: "not a message", unusable on every try); anything else as sent."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [content] if isinstance(content, dict) else content
 
 
 def _piece(value: Any) -> Any:

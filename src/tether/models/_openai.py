@@ -266,7 +266,7 @@ class OpenAICompatible(OpenAIBackend):
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choice = _answer_choice(data["choices"])  # 0 (n > 1), else the lowest numbered, as a stream's
-        wire = choice["message"]
+        wire = _said(choice)
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
         calls = tuple(
@@ -361,7 +361,7 @@ class _Choice:
 
     def add(self, choice: Mapping[str, Any], on_delta: Any) -> None:
         """A chunk's delta for this choice (``on_delta`` None: not shown, another choice's)."""
-        delta = choice.get("delta") or {}
+        delta = _said(choice) or {}
         ending = self.ending
         if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
             ending.content()  # before its own finish: a chunk may carry both
@@ -378,7 +378,10 @@ class _Choice:
         piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
         _piece(self.thought, piece, "reasoning", on_delta)
         legacy = "function_call" in delta and not delta.get("tool_calls")
-        for tc in _legacy_call(delta) if legacy else _listed(delta.get("tool_calls")):
+        calls = _legacy_call(delta) if legacy else _listed(delta.get("tool_calls"))
+        if delta is choice.get("message"):  # a whole message's calls: each its own, in order
+            calls = [{"index": n, **tc} if isinstance(tc, dict) else tc for n, tc in enumerate(calls)]
+        for tc in calls:
             _add_call_delta(self.calls, tc, on_delta)
 
 
@@ -432,6 +435,16 @@ class _Stream:
 
     def whole(self) -> bool:
         return self.done or self.answer().ending.whole()
+
+
+def _said(choice: Mapping[str, Any]) -> Any:
+    """What a choice says: its ``message`` in a whole answer, its ``delta`` in a chunk, either
+    where the other is absent (a proxy that turns a whole answer into a stream of one event
+    holding the ``chat.completion`` whole, or writes a whole answer's message as a ``delta``),
+    as an Anthropic ``message_start`` may hold its blocks whole (before: an empty answer, or
+    an unusable one, on every try)."""
+    said = choice.get("message")
+    return choice.get("delta") if said is None else said
 
 
 def _opens(choice: Mapping[str, Any]) -> bool:
