@@ -202,6 +202,17 @@ def whole_as_one_event(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [answer, b"data: [DONE]\n\n"]
 
 
+def cumulative_message_beside(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: every chunk's choice carries, beside its ``delta``, a ``message`` with the text so
+    far (as some servers add): the deltas are the answer, the text said once."""
+    text = ""
+    for item in items:
+        for choice in item.get("choices") or () if isinstance(item, dict) else ():
+            text += choice["delta"].get("content") or ""
+            choice["message"] = {"role": "assistant", "content": text}
+    return items
+
+
 def message_as_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """Chat: a whole answer whose choice says its message as a ``delta``."""
     choice = items[0]["choices"][0]
@@ -270,6 +281,8 @@ CASES = [
     Case("chat_a_lone_call_not_in_a_list", only(("openai-chat",), good(edit=lone_call_bare)), True),
     Case("chat_a_whole_answer_as_one_stream_event", only(("openai-chat",), good(edit=whole_as_one_event)),
          True, modes=STREAM),
+    Case("chat_a_cumulative_message_beside_every_delta", only(("openai-chat",), good(
+        edit=cumulative_message_beside)), True, modes=STREAM),
     Case("chat_a_whole_answer_written_as_a_delta", only(("openai-chat",), good(edit=message_as_delta)), True,
          modes=("whole",)),
     Case("anthropic_content_as_bare_text", only(("anthropic",), good(edit=bare_text)), True,

@@ -266,7 +266,7 @@ class OpenAICompatible(OpenAIBackend):
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choice = _answer_choice(data["choices"])  # 0 (n > 1), else the lowest numbered, as a stream's
-        wire = _said(choice)
+        wire = _said(choice, "message")
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
         calls = tuple(
@@ -361,7 +361,7 @@ class _Choice:
 
     def add(self, choice: Mapping[str, Any], on_delta: Any) -> None:
         """A chunk's delta for this choice (``on_delta`` None: not shown, another choice's)."""
-        delta = _said(choice) or {}
+        delta = _said(choice, "delta") or {}
         ending = self.ending
         if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
             ending.content()  # before its own finish: a chunk may carry both
@@ -437,14 +437,14 @@ class _Stream:
         return self.done or self.answer().ending.whole()
 
 
-def _said(choice: Mapping[str, Any]) -> Any:
-    """What a choice says: its ``message`` in a whole answer, its ``delta`` in a chunk, either
-    where the other is absent (a proxy that turns a whole answer into a stream of one event
-    holding the ``chat.completion`` whole, or writes a whole answer's message as a ``delta``),
-    as an Anthropic ``message_start`` may hold its blocks whole (before: an empty answer, or
-    an unusable one, on every try)."""
-    said = choice.get("message")
-    return choice.get("delta") if said is None else said
+def _said(choice: Mapping[str, Any], field: str) -> Any:
+    """What a choice says: its ``field`` (``message`` in a whole answer, ``delta`` in a chunk),
+    else the other where it has only that (a proxy that turns a whole answer into a stream of
+    one event holding the ``chat.completion`` whole, or writes a whole answer's message as a
+    ``delta``), as an Anthropic ``message_start`` may hold its blocks whole (before: an empty
+    answer, or an unusable one, on every try)."""
+    said = choice.get(field)
+    return choice.get("delta" if field == "message" else "message") if said is None else said
 
 
 def _opens(choice: Mapping[str, Any]) -> bool:
