@@ -40,12 +40,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_case, twice
+from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_case, twice, write_agent
 from test_faults_round10 import run_agent
 
 from tether.core.messages import UserMessage
@@ -324,6 +326,45 @@ def test_a_round22_fault_ends_honestly_and_a_quirk_is_accepted(
     assert requests == 1 and out["calls"] == [], out  # final at once; no call run
     for piece in (*case.said, FILTERS[provider] if case.stop == "model_refused" else LIMITS[provider]):
         assert piece in out["message"], out["message"]
+
+
+QUIRK = {
+    "openai-chat": chat_begun_again(),
+    "openai-responses": responses_begun_again,
+    "anthropic": null_pieces,
+}
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_the_command_in_its_own_process_accepts_a_quirk_and_exits_7_on_a_filter_of_another_name(
+    tmp_path: Path, provider: str
+) -> None:
+    """``python -m tether.cli run`` on each protocol: a stream begun again (Anthropic: null
+    pieces) is accepted, exit 0; an answer filtered under a name the table lacks stops
+    ``model_refused``, exit 7, no traceback."""
+    quirk = good(edit=QUIRK[provider])(provider, True)
+    filtered = [finished_as(FILTERS)(provider, True)]
+    for replies, code, stop in ((quirk, 0, "accepted"), (filtered, 7, "model_refused")):
+        with SERVERS[provider](scripted(replies)) as server:
+            model = {"provider": provider, "name": "m-1", "base_url": server.url, "streaming": True}
+            path = write_agent(tmp_path, {**model, "timeout_s": 10, "max_retries": 0, "transport": "http"})
+            command = [
+                sys.executable,
+                "-m",
+                "tether.cli",
+                "run",
+                "Why is 742 open?",
+                "--agent",
+                str(path),
+                "--json",
+            ]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            assert (done.returncode, out["stop_reason"]) == (code, stop), done.stderr[-2000:]
+            assert "Traceback" not in done.stdout + done.stderr
+            assert len(server.bodies()) == len(replies)
+        if code == 0:
+            assert out["answer"] == ANSWER, out
 
 
 @pytest.mark.parametrize(
