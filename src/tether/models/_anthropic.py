@@ -239,7 +239,7 @@ class AnthropicMessages(HTTPBackend):
     # -- call ---------------------------------------------------------------------------------
 
     def _whole(self, message: dict[str, Any]) -> ModelResponse:
-        content = message.get("content")
+        content = _listed(message.get("content"))
         if not isinstance(content, list):
             raise Retryable("unusable_response", f"the answer is not a message: {str(message)[:200]}")
         turn = _Turn()
@@ -310,7 +310,7 @@ class AnthropicMessages(HTTPBackend):
         for block in blocks.order:
             btype = block.get("type")
             if btype == "text":
-                turn.text.append(block.get("text", ""))
+                turn.text.append(_piece(block.get("text")))
             elif btype == "tool_use":
                 raw = "".join(block.pop("_json"))
                 if not raw.strip():  # no input deltas: the input as ``content_block_start`` gave it
@@ -327,7 +327,7 @@ class AnthropicMessages(HTTPBackend):
             for i, n, a in turn.calls
         )
         text = "".join(turn.text)
-        thought = "".join(str(item.get("thinking", "")) for item in turn.items)
+        thought = "".join(_piece(item.get("thinking")) for item in turn.items)
         usage = turn.to_usage()
         kept = [item for item in turn.items if _sendable(item)]
         if len(kept) < len(turn.items) and calls:
@@ -373,6 +373,7 @@ class _Blocks:
         (none, as the API sends it; a proxy that turns a whole answer into a stream may put them
         all there), as the official SDK's accumulator reads them."""
         blocks = cls()
+        content = _listed(content)
         for block in content if isinstance(content, list) else ():
             blocks.start(None, {**block, "_json": []} if block.get("type") == "tool_use" else dict(block))
         return blocks
@@ -412,21 +413,39 @@ class _Blocks:
             # one carries nothing to lose.
             raise Retryable("stream_unreadable", f"a {dtype} for block {index}, a {btype} block")
         streamed(delta.get("text") or delta.get("partial_json") or delta.get("thinking"))
+        # A piece sent as null (a translating proxy's) is none, as an empty one is (``_piece``).
         if dtype == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
+            block["text"] = _piece(block.get("text")) + (piece := _piece(delta.get("text")))
             if on_delta is not None:
-                on_delta("text", delta.get("text", ""))
+                on_delta("text", piece)
         elif dtype == "input_json_delta":  # a tool_use's, or a server tool's (not kept)
-            block.setdefault("_json", []).append(delta.get("partial_json", ""))
+            block.setdefault("_json", []).append(_piece(delta.get("partial_json")))
         elif dtype == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            block["thinking"] = _piece(block.get("thinking")) + (piece := _piece(delta.get("thinking")))
             if on_delta is not None:
-                on_delta("reasoning", delta.get("thinking", ""))
-        elif dtype == "signature_delta":
+                on_delta("reasoning", piece)
+        elif dtype == "signature_delta" and delta.get("signature") is not None:
             # The block's signature, whole, as the official SDK's accumulator sets it (not a piece
             # to append: a proxy that also gives it in ``content_block_start`` would send it back
             # twice over, and the API refuses the next request's thinking block).
-            block["signature"] = delta.get("signature", "")
+            block["signature"] = delta["signature"]
+
+
+def _listed(content: Any) -> Any:
+    """A message's ``content`` as a list of blocks: text sent bare (a proxy that writes the
+    answer as the request's string form) is its one text block, a block sent unlisted its one
+    block (before: "not a message", unusable on every try); anything else as sent."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [content] if isinstance(content, dict) else content
+
+
+def _piece(value: Any) -> Any:
+    """A piece of text, input JSON or thinking as a block or its delta gives it: ``null`` (a
+    translating proxy that writes each field it has no value for) is ``""``, nothing, as the
+    chat reader takes a ``null`` content (before: an internal ``TypeError``, the answer retried
+    as unusable on every try); anything else as sent (a number is no piece: unusable)."""
+    return "" if value is None else value
 
 
 def _block_index(value: object) -> object:

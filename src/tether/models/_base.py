@@ -61,10 +61,49 @@ _FINISHES: dict[str, Finish] = {
 }
 
 
+# Words that name, inside a finish this table lacks, what it is: a filter or a refusal (Gemini's
+# ``PROHIBITED_CONTENT``, ``BLOCKLIST``, ``SPII``, ``IMAGE_SAFETY``; Bedrock's ``content_filtered``,
+# ``guardrail_intervened``; Cohere's ``ERROR_TOXIC``), or a token limit (``context_length_exceeded``,
+# ``max_completion_tokens``). A refusal word wins over a limit word.
+_REFUSED_WORDS = frozenset(
+    {
+        "blocked",
+        "blocklist",
+        "censored",
+        "filter",
+        "filtered",
+        "guardrail",
+        "moderated",
+        "moderation",
+        "prohibited",
+        "recitation",
+        "refusal",
+        "refused",
+        "safety",
+        "spii",
+        "toxic",
+    }
+)
+# (``tokens``, not ``token``: a stop token, ``eot_token``, names a normal end the table may lack)
+_LENGTH_WORDS = frozenset({"length", "tokens", "truncated", "context"})
+_WORD = re.compile(r"[a-z]+")
+
+
 def finish_of(raw: object) -> Finish:
-    """A provider's finish or stop reason in tether's words; ``unknown`` for anything else
-    (a missing value included)."""
-    return _FINISHES.get(str(raw).lower(), "unknown") if isinstance(raw, str) else "unknown"
+    """A provider's finish or stop reason in tether's words; one the table lacks is read by its
+    words (``_REFUSED_WORDS``: refused; ``_LENGTH_WORDS``: length), else ``unknown`` (a missing
+    value included). A normal end is only ever one the table names: an unknown finish never
+    passes for one."""
+    if not isinstance(raw, str):
+        return "unknown"
+    name = raw.lower()
+    known = _FINISHES.get(name)
+    if known is not None:
+        return known
+    words = set(_WORD.findall(name))
+    if words & _REFUSED_WORDS:
+        return "refused"
+    return "length" if words & _LENGTH_WORDS else "unknown"
 
 
 def later_finish(previous: str | None, raw: object) -> str | None:

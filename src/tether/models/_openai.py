@@ -20,7 +20,9 @@ a stream that ends without a finish reason (the server died mid-answer; ``[DONE]
 missing: a stream that reached its finish reason is whole),
 a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
 completion, and a response with neither text nor tool calls. Once retries are spent the run
-ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
+ends ``model_error``. A stream's answer is choice 0, else the lowest numbered (as a whole
+answer's is), and a completion begun again mid-stream under a new id (a proxy that retried
+upstream) starts over (``_Stream``). Tool-call arguments are returned raw — malformed JSON and unknown tool
 names are the host gate's business, which hands them back to the model as recoverable errors.
 
 ``reasoning_content`` (models that think aloud) is stored on the ``AssistantMessage`` and sent
@@ -263,9 +265,8 @@ class OpenAICompatible(OpenAIBackend):
         return Usage(count(raw.get("prompt_tokens")), count(raw.get("completion_tokens")), cached, extra)
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
-        choices = data["choices"]  # the answer is choice 0 (n > 1), as a stream's is, wherever listed
-        choice = next((c for c in choices if isinstance(c, dict) and _index(c.get("index")) == 0), choices[0])
-        wire = choice["message"]
+        choice = _answer_choice(data["choices"])  # 0 (n > 1), else the lowest numbered, as a stream's
+        wire = _said(choice, "message")
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
         calls = tuple(
@@ -274,7 +275,7 @@ class OpenAICompatible(OpenAIBackend):
                 name=str((c.get("function") or {}).get("name") or ""),
                 arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
-            for c in wire.get("tool_calls") or _legacy_call(wire)
+            for c in _listed(wire.get("tool_calls")) or _legacy_call(wire)
         )
         reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
@@ -285,25 +286,20 @@ class OpenAICompatible(OpenAIBackend):
         return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
-        text: list[str] = []
-        thought: list[str] = []
-        refused: list[str] = []
-        calls: _Calls = {}
+        stream = _Stream(self.on_delta)
         usage: Usage | None = None
         model = ""
-        ending = Ending()
-        on_delta = self.on_delta
         lines = sse_data(response, self.max_response_bytes)
         # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole
         # (unless content came after the finish: ``Ending``).
-        async for line in until_cut(lines, ending.whole):
+        async for line in until_cut(lines, stream.whole):
             if type(line) is ErrorData:
                 raise named_error(line, self.failures)
             payload = line.strip()
             if not payload:
                 continue  # an event with empty data (a keep-alive) carries nothing
             if payload == b"[DONE]":
-                ending.done = True
+                stream.done = True
                 break
             try:
                 chunk = loads(payload)
@@ -317,47 +313,30 @@ class OpenAICompatible(OpenAIBackend):
             model = chunk.get("model") or model
             if chunk.get("usage"):  # the last chunk's, or every chunk's running count: billed if it fails
                 billed(usage := larger_usage(usage, self._usage(chunk["usage"])))
-            for choice in chunk.get("choices") or ():
-                if _index(choice.get("index")) != 0:
-                    continue  # another choice (n > 1): the answer is the first, as a whole one's is
-                delta = choice.get("delta") or {}
-                if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
-                    ending.content()  # before its own finish: a chunk may carry both
-                ending.said(choice.get("finish_reason"))
-                piece = delta.get("content")
-                if piece and not isinstance(piece, str):
-                    if said := _refusal(piece):  # a list of parts: its refusal parts, if any
-                        refused.append(said)
-                    piece = _text(piece)
-                _piece(text, piece, "text", on_delta)
-                piece = delta.get("refusal")
-                if piece:
-                    refused.append(piece)
-                piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
-                _piece(thought, piece, "reasoning", on_delta)
-                legacy = "function_call" in delta and not delta.get("tool_calls")
-                for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
-                    _add_call_delta(calls, tc, on_delta)
-        finish = ending.finish
-        if finish is None or not ending.whole():  # one that reached its finish is whole, [DONE] or not
-            why = "the stream ended without a finish reason" + ("" if ending.done else " and [DONE]")
+            stream.chunk(chunk)
+        answer = stream.answer()
+        finish = answer.ending.finish
+        if finish is None or not stream.whole():  # one that reached its finish is whole, [DONE] or not
+            why = "the stream ended without a finish reason" + ("" if stream.done else " and [DONE]")
             if finish is not None:  # out of order: what followed the finish may be cut
                 why = "content came after the finish reason, and the stream ended without [DONE]"
-            received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
+            received = f"{len(''.join(answer.text))} characters of text, {len(answer.calls)} tool call(s)"
             raise Retryable("stream_incomplete", f"{why} (after {received})")
         tool_calls = tuple(
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
-            for _, c in sorted(calls.items())
+            for _, c in sorted(answer.calls.items())
         )
-        if refused:  # OpenAI's refusal deltas: the answer is a refusal (``_REFUSED``)
+        text = answer.text
+        if answer.refused:  # OpenAI's refusal deltas: the answer is a refusal (``_REFUSED``)
             finish = "refusal"
-            text = text or refused
+            text = text or answer.refused
         message = AssistantMessage(
             content="".join(text) if text else None,
             tool_calls=tool_calls,
-            reasoning="".join(thought) if thought else None,
+            reasoning="".join(answer.thought) if answer.thought else None,
         )
-        return self._answer(message, usage or Usage(), model, finish)
+        meta = {"stream_restarts": stream.restarts} if stream.restarts else {}
+        return self._answer(message, usage or Usage(), model, finish, **meta)
 
 
 # _REFUSED: a turn that says it refused is a refusal, whatever else it carries: tool calls
@@ -365,6 +344,121 @@ class OpenAICompatible(OpenAIBackend):
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
 # The fields of a chunk's delta that carry the answer (one after the finish reason: out of order).
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")
+
+
+class _Choice:
+    """One choice of a chat stream as its deltas build it: text, reasoning, refusal, calls, and
+    how far it has said it ended (``Ending``)."""
+
+    __slots__ = ("calls", "ending", "refused", "text", "thought")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.thought: list[str] = []
+        self.refused: list[str] = []
+        self.calls: _Calls = {}
+        self.ending = Ending()
+
+    def add(self, choice: Mapping[str, Any], on_delta: Any) -> None:
+        """A chunk's delta for this choice (``on_delta`` None: not shown, another choice's)."""
+        delta = _said(choice, "delta") or {}
+        ending = self.ending
+        if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
+            ending.content()  # before its own finish: a chunk may carry both
+        ending.said(choice.get("finish_reason"))
+        piece = delta.get("content")
+        if piece and not isinstance(piece, str):
+            if said := _refusal(piece):  # a list of parts: its refusal parts, if any
+                self.refused.append(said)
+            piece = _text(piece)
+        _piece(self.text, piece, "text", on_delta)
+        piece = delta.get("refusal")
+        if piece:
+            self.refused.append(piece)
+        piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
+        _piece(self.thought, piece, "reasoning", on_delta)
+        legacy = "function_call" in delta and not delta.get("tool_calls")
+        calls = _legacy_call(delta) if legacy else _listed(delta.get("tool_calls"))
+        if delta is choice.get("message"):  # a whole message's calls: each its own, in order
+            calls = [{"index": n, **tc} if isinstance(tc, dict) else tc for n, tc in enumerate(calls)]
+        for tc in calls:
+            _add_call_delta(self.calls, tc, on_delta)
+
+
+class _Stream:
+    """A chat stream's choices by ``index``, as its chunks build them. The answer is choice 0,
+    else the lowest numbered one (a server that numbers its only choice 1), as a whole answer's
+    is (``_answer_choice``); only its pieces are shown (``on_delta``).
+
+    A completion begun again (a proxy that retried upstream mid-stream and sends the new
+    completion from its first chunk after what it had passed on of the first) starts the
+    choices over, as an Anthropic ``message_start`` does: a chunk under another ``id`` than the
+    completion's, once two chunks shared that id (a server that gives every chunk a new id
+    never restarts), whose delta opens a turn (``role``, and no finish: ``_opens``). Before, the
+    two completions' text ran together and the garbled answer was accepted."""
+
+    __slots__ = ("choices", "done", "id", "on_delta", "restarts", "stable")
+
+    def __init__(self, on_delta: Any) -> None:
+        self.choices: dict[int, _Choice] = {}
+        self.on_delta = on_delta
+        self.done = False  # [DONE] came
+        self.id: object = None  # the completion's id (its first chunk's)
+        self.stable = False  # two chunks shared ``id``: ids name the completion, not the chunk
+        self.restarts = 0
+
+    def chunk(self, chunk: Mapping[str, Any]) -> None:
+        choices = chunk.get("choices") or ()
+        said = chunk.get("id")
+        if isinstance(said, str) and said:
+            if said == self.id:
+                self.stable = True
+            elif self.id is None:
+                self.id = said
+            elif self.stable and any(_opens(c) for c in choices):
+                self.choices, self.id, self.stable = {}, said, False
+                self.restarts += 1
+        for choice in choices:
+            index = _index(choice.get("index"))
+            if index is None:
+                continue  # no index: never the answer's choice
+            state = self.choices.get(index)
+            if state is None:
+                state = self.choices[index] = _Choice()
+            shown = index == 0 or index == min(self.choices)
+            state.add(choice, self.on_delta if shown else None)
+
+    def answer(self) -> _Choice:
+        """The answer's choice: 0, else the lowest numbered (none yet: an empty one)."""
+        choices = self.choices
+        return choices.get(0) or (choices[min(choices)] if choices else _Choice())
+
+    def whole(self) -> bool:
+        return self.done or self.answer().ending.whole()
+
+
+def _said(choice: Mapping[str, Any], field: str) -> Any:
+    """What a choice says: its ``field`` (``message`` in a whole answer, ``delta`` in a chunk),
+    else the other where it has only that (a proxy that turns a whole answer into a stream of
+    one event holding the ``chat.completion`` whole, or writes a whole answer's message as a
+    ``delta``), as an Anthropic ``message_start`` may hold its blocks whole (before: an empty
+    answer, or an unusable one, on every try)."""
+    said = choice.get(field)
+    return choice.get("delta" if field == "message" else "message") if said is None else said
+
+
+def _opens(choice: Mapping[str, Any]) -> bool:
+    """Whether a chunk's choice opens a completion: its delta gives the role, and it says no
+    finish (a proxy's own closing chunk under its own id, role and all, ends the completion
+    under way; it does not begin another)."""
+    return bool((choice.get("delta") or {}).get("role")) and not choice.get("finish_reason")
+
+
+def _answer_choice(choices: list[Any]) -> Any:
+    """A whole answer's choice: index 0 (``n`` > 1, wherever listed), else the lowest numbered
+    (a server that numbers its only choice 1), else the first listed, as a stream's is."""
+    numbered = [(i, c) for c in choices if isinstance(c, dict) and (i := _index(c.get("index"))) is not None]
+    return min(numbered, key=lambda pair: pair[0])[1] if numbered else choices[0]
 
 
 def _index(value: object) -> int | None:
@@ -439,6 +533,13 @@ def _whole_json(call: dict[str, Any]) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _listed(calls: Any) -> Any:
+    """A message's (or delta's) ``tool_calls``: one call sent as an object, not a list of one (a
+    server that writes a single call bare), is that list, as content sent as one part object is
+    (``_text``); none is no calls; a list as sent."""
+    return [calls] if isinstance(calls, dict) else calls or ()
 
 
 def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

@@ -215,11 +215,22 @@ class OpenAIResponses(OpenAIBackend):
         said = _Said()
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
+        begun = False  # ``response.created`` came
+        restarts = 0
         async for event in events(response, self.failures, self.max_response_bytes):
             if said.again(event):
                 continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
-            if kind == "response.output_text.delta":
+            if kind == "response.created":
+                if begun:
+                    # The response begun again (a proxy that retried upstream mid-stream, or
+                    # resent the stream from its start without its sequence numbers): its items
+                    # start over, as an Anthropic ``message_start`` begun again does (before: the
+                    # two runs' text ran together and the stream was refused as garbled, on every
+                    # try). The same event sent again under its number was passed over above.
+                    said, restarts = _Said(), restarts + 1
+                begun = True
+            elif kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
                 if on_delta is not None:
                     on_delta("text", str(event.get("delta", "")))
@@ -251,10 +262,11 @@ class OpenAIResponses(OpenAIBackend):
         if final is None:
             why = f"the stream ended without a terminal event ({len(said.done)} items)"
             raise Retryable("stream_incomplete", why)
-        return self._parse(final, said.items(), list(said.done.values()))
+        meta = {"stream_restarts": restarts} if restarts else {}
+        return self._parse(final, said.items(), list(said.done.values()), **meta)
 
     def _parse(
-        self, data: dict[str, Any], streamed: list[dict[str, Any]], done: list[Any] | None = None
+        self, data: dict[str, Any], streamed: list[dict[str, Any]], done: list[Any] | None = None, **meta: Any
     ) -> ModelResponse:
         usage = _usage(data.get("usage") or {})
         billed(usage)  # counted even if the answer is then refused
@@ -275,10 +287,11 @@ class OpenAIResponses(OpenAIBackend):
             kind = item.get("type")
             if kind == "message":
                 for part in item.get("content") or ():
+                    # a part's text null (a translating proxy's) is none, as an empty one is
                     if part.get("type") in ("output_text", "text"):
-                        text.append(part.get("text", ""))
+                        text.append(part.get("text") or "")
                     elif part.get("type") == "refusal":
-                        refusal.append(part.get("refusal", ""))
+                        refusal.append(part.get("refusal") or "")
             elif kind == "function_call":
                 call_id = item.get("call_id") or "call_" + uuid.uuid4().hex[:16]
                 calls.append(
@@ -289,7 +302,7 @@ class OpenAIResponses(OpenAIBackend):
                     kept.append(back)
                 else:
                     unsendable += 1
-                thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
+                thought.extend(str(s.get("text") or "") for s in item.get("summary") or ())
             elif client_call(item):
                 # A call the client must answer, of a kind the run never offers (a custom tool, a
                 # shell, a computer): the model asked for an action no tool here performs, so its
@@ -317,7 +330,8 @@ class OpenAIResponses(OpenAIBackend):
             reasoning="".join(thought) or None,
             provider_items=tuple(kept),
         )
-        meta = {"reasoning_not_kept": unsendable} if unsendable else {}
+        if unsendable:
+            meta["reasoning_not_kept"] = unsendable
         return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
 
 
