@@ -37,11 +37,14 @@ def connection_cap() -> int:
 
 def deadline_protocol(max_connections: int | None = None) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (``_Deadline``) for one server, holding at most ``max_connections``
-    (``connection_cap``) open."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    (``connection_cap``) open. Always uvicorn's h11 protocol, never the httptools one it prefers
+    where httptools is installed (``uvicorn[standard]``): that one reads a request's headers
+    however long (h11 refuses a head once 16 KiB of it are in without its end), and the limits
+    here are h11's, as tested."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 
     cap = connection_cap() if max_connections is None else max_connections
-    return type("Deadline", (_Deadline, AutoHTTPProtocol), {"cap": cap, "held": {}})
+    return type("Deadline", (_Deadline, H11Protocol), {"cap": cap, "held": {}})
 
 
 class _Deadline(asyncio.Protocol):
