@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import os
 import sys
@@ -86,76 +85,16 @@ def server_options() -> dict[str, Any]:
     """uvicorn's settings for the console (``tether serve``, and the tests that serve it so). The
     requests served at once are bounded by the app (``create_app(max_requests=)``), not by
     uvicorn's ``limit_concurrency``, which counts idle connections: one client holding that many
-    open made the console answer 503 to everyone."""
-    return {"log_level": "warning", "server_header": False, "http": deadline_protocol()}
+    open made the console answer 503 to everyone; the connections held open, by the protocol
+    (``deadline_protocol``: the longest idle is closed past ``connection_cap``)."""
+    from tether.console._serving import ACCEPT_BACKLOG, deadline_protocol
 
-
-def deadline_protocol() -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol, with a deadline: a connection that has not sent a request's whole
-    headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed
-    (slowloris); the body's deadline is ``Guard``'s; a response the client stops reading is cut
-    (``_watch_reads``: a slow read). uvicorn's own 400 (to a request it cannot
-    parse, which the app never sees) carries the console's protective headers too."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
-
-    from tether.console._app import MIN_READ_BYTES, PROTECTIVE_HEADERS, REQUEST_DEADLINE
-
-    class Deadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._arm()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm()
-
-        def _arm(self) -> None:
-            waiting = self.cycle  # a new request's headers replace it
-
-            def expire() -> None:
-                if self.cycle is waiting and not self.transport.is_closing():
-                    self.transport.close()
-
-            self.loop.call_later(REQUEST_DEADLINE, expire)
-
-        def pause_writing(self) -> None:
-            super().pause_writing()
-            self._watch_reads(self.transport.get_write_buffer_size())
-
-        def _watch_reads(self, left: int) -> None:
-            """A response the client stopped reading (a slow read: its window kept shut) holds its
-            unsent bytes here, in memory, for as long as the connection lasts, however long the
-            response it asked for: one whose client took less than ``MIN_READ_BYTES`` of it in
-            ``REQUEST_DEADLINE`` seconds is cut (the connection is aborted)."""
-            if getattr(self, "_watching", False):
-                return
-            self._watching = True
-
-            def check() -> None:
-                self._watching = False
-                now_left = self.transport.get_write_buffer_size()
-                if now_left == 0:
-                    return  # all handed to the client (or the connection is gone)
-                if left - now_left < MIN_READ_BYTES:
-                    self.transport.abort()
-                    return
-                self._watch_reads(now_left)
-
-            self.loop.call_later(REQUEST_DEADLINE, check)
-
-        def send_400_response(self, msg: str) -> None:
-            body = msg.encode("ascii", "replace")
-            head = [
-                b"HTTP/1.1 400 Bad Request",
-                b"content-type: text/plain; charset=utf-8",
-                b"content-length: %d" % len(body),
-                b"connection: close",
-                *[name + b": " + value for name, value in PROTECTIVE_HEADERS],
-            ]
-            self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
-            self.transport.close()
-
-    return Deadline
+    return {
+        "log_level": "warning",
+        "server_header": False,
+        "http": deadline_protocol(),
+        "backlog": ACCEPT_BACKLOG,
+    }
 
 
 def trusted_proxies(values: list[str]) -> list[str]:

@@ -1,0 +1,167 @@
+"""How ``tether serve`` holds its connections: uvicorn's HTTP protocol with deadlines, a cap on the
+connections held open and a bound on what a client may send ahead of its answers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tether.console import _app  # its deadlines, read when used (a test shortens them)
+
+__all__ = ["ACCEPT_BACKLOG", "MAX_AHEAD", "MAX_CONNECTIONS", "connection_cap", "deadline_protocol"]
+
+# Connections the console holds open at most (``connection_cap``): never more than half the
+# descriptors the process may open, the rest left to its stores, traces and MCP servers.
+MAX_CONNECTIONS = 4096
+# Connections waiting to be accepted (the listen queue): the event loop accepts as many at once,
+# each a descriptor, before the cap is applied to any (uvicorn's default is 2048).
+ACCEPT_BACKLOG = 128
+# Bytes a client may send past a request it has sent whole and not yet had the answer to (the
+# next requests, pipelined): past it the connection is read no further until that answer is sent.
+MAX_AHEAD = 64 * 1024
+
+
+def connection_cap() -> int:
+    """The connections ``tether serve`` holds open at once: ``MAX_CONNECTIONS``, or half of the
+    process's open-file limit, less ``ACCEPT_BACKLOG``, where that is less (``RLIMIT_NOFILE``,
+    often 1024)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return MAX_CONNECTIONS
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, soft // 2 - ACCEPT_BACKLOG))
+
+
+def deadline_protocol(max_connections: int | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (``_Deadline``) for one server, holding at most ``max_connections``
+    (``connection_cap``) open. Always uvicorn's h11 protocol, never the httptools one it prefers
+    where httptools is installed (``uvicorn[standard]``): that one reads a request's headers
+    however long (h11 refuses a head once 16 KiB of it are in without its end), and the limits
+    here are h11's, as tested."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    cap = connection_cap() if max_connections is None else max_connections
+    return type("Deadline", (_Deadline, H11Protocol), {"cap": cap, "held": {}})
+
+
+class _Deadline(asyncio.Protocol):
+    """Mixed into uvicorn's HTTP protocol (``deadline_protocol``), with a deadline: a connection
+    that has not sent a request's whole headers ``REQUEST_DEADLINE`` seconds after it opened (or
+    after its last response) is closed (slowloris); the body's deadline is ``Guard``'s; a response
+    the client stops reading is cut (``_watch_reads``: a slow read). uvicorn's own 400 (to a
+    request it cannot parse, which the app never sees) carries the console's protective headers.
+
+    At most ``cap`` connections are held open: one more closes the connection that has waited
+    longest for a request (``_make_room``), never one whose request is being served: a stranger's
+    idle connections by the hundred used up the process's file descriptors, and no one else's was
+    accepted. A client reads its answers before it sends more than ``MAX_AHEAD`` bytes past them
+    (``data_received``): requests pipelined behind one whose answer it left unread (a static file,
+    whose sending reads on for a disconnect) were read and kept in memory without bound."""
+
+    cap: int
+    held: dict[Any, None]  # the server's open connections, the longest waiting first
+    # uvicorn's protocol's own
+    cycle: Any
+    transport: Any
+    loop: Any
+    flow: Any
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._ahead = 0
+        self.flow.resume_reading = self._resume_reading(self.flow.resume_reading)
+        self._arm()
+        if len(self.held) > self.cap:
+            self._make_room()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.held.pop(self, None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._ahead += len(data)  # past a request read whole, whose answer is not sent yet
+            if self._ahead > MAX_AHEAD:
+                self.flow.pause_reading()
+        super().data_received(data)
+
+    def _resume_reading(self, resume: Any) -> Any:
+        """``FlowControl.resume_reading``, which does nothing while the client is ``MAX_AHEAD``
+        ahead (uvicorn resumes reading whenever the app waits for a message, as a static file's
+        sending does for a disconnect)."""
+
+        def resume_reading() -> None:
+            if self._ahead <= MAX_AHEAD:
+                resume()
+
+        return resume_reading
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        self._arm()
+
+    def _arm(self) -> None:
+        waiting = self._waiting = self.cycle  # a new request's headers replace it
+        self.held.pop(self, None)
+        self.held[self] = None  # waiting from now: the newest to wait
+        if self._ahead:
+            self._ahead = 0
+            self.flow.resume_reading()  # the answer is sent: what was sent ahead is read on
+
+        def expire() -> None:
+            if self.cycle is waiting and not self.transport.is_closing():
+                self.transport.close()
+
+        self.loop.call_later(_app.REQUEST_DEADLINE, expire)
+
+    def _waits(self) -> bool:
+        """Whether this connection waits for a request (none begun since ``_arm``)."""
+        return self.cycle is self._waiting and not self.transport.is_closing()
+
+    def _make_room(self) -> None:
+        """Close the connection that has waited longest for a request (this new one if every
+        other is being served)."""
+        oldest = next((c for c in self.held if c is not self and c._waits()), self)
+        self.held.pop(oldest, None)
+        oldest.transport.close()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_reads(self.transport.get_write_buffer_size())
+
+    def _watch_reads(self, left: int) -> None:
+        """A response the client stopped reading (a slow read: its window kept shut) holds its
+        unsent bytes here, in memory, for as long as the connection lasts, however long the
+        response it asked for: one whose client took less than ``MIN_READ_BYTES`` of it in
+        ``REQUEST_DEADLINE`` seconds is cut (the connection is aborted)."""
+        if getattr(self, "_watching", False):
+            return
+        self._watching = True
+
+        def check() -> None:
+            self._watching = False
+            now_left = self.transport.get_write_buffer_size()
+            if now_left == 0:
+                return  # all handed to the client (or the connection is gone)
+            if left - now_left < _app.MIN_READ_BYTES:
+                self.transport.abort()
+                return
+            self._watch_reads(now_left)
+
+        self.loop.call_later(_app.REQUEST_DEADLINE, check)
+
+    def send_400_response(self, msg: str) -> None:
+        body = msg.encode("ascii", "replace")
+        head = [
+            b"HTTP/1.1 400 Bad Request",
+            b"content-type: text/plain; charset=utf-8",
+            b"content-length: %d" % len(body),
+            b"connection: close",
+            *[name + b": " + value for name, value in _app.PROTECTIVE_HEADERS],
+        ]
+        self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        self.transport.close()
