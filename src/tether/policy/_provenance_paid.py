@@ -15,6 +15,7 @@ from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_run import SENT, calls_before
+from tether.policy._provenance_schema import branch_of, inline_refs
 
 if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
@@ -78,7 +79,9 @@ _DEPTH = 32
 def filled(value: Any, schema: Any, depth: int = 0) -> Any:
     """``value`` as a tool that applies its schema's defaults receives it: each property an object
     leaves out (or sends as ``null``) that the schema gives a default takes it, in objects and
-    lists nested at any depth (a zod or JSON Schema validator fills them in so)."""
+    lists nested at any depth (a zod or JSON Schema validator fills them in so), an optional
+    object's by its object branch (``branch_of``). ``schema`` has its ``$ref`` references inlined."""
+    schema = branch_of(schema, value)
     if depth > _DEPTH or not isinstance(schema, Mapping):
         return value
     if isinstance(value, list):
@@ -153,7 +156,7 @@ def home_currency(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRul
         return None
     if rules is None or rule.currency not in rules.arguments:
         return currency_code(rule.currency)
-    schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
+    schema = ((inline_refs(call.spec.parameters) or {}).get("properties") or {}).get(rule.currency)
     value = schema.get("default") if isinstance(schema, Mapping) else None
     return currency_code(value) if isinstance(value, str) and value.strip() else None
 
