@@ -31,18 +31,29 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import json
 from decimal import Decimal
 from typing import Annotated, Any
 
 import pytest
 from _travel import ATTACKER_IBAN, CTX
-from pydantic import Base64Str, BaseModel, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import (
+    Base64Str,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Json,
+    PlainSerializer,
+    SecretStr,
+)
 from pydantic_core import core_schema
 from test_provenance_round3 import FRIEND_IBAN, HOTEL_IBAN, REQUEST, RULES, TRUST, Travel, problems, scripted
 from test_provenance_round14a import INVOICE, Invoices, _invoice_rules, _run
 from test_provenance_round19a import NESTED_RULES, _server_share, _State
 from test_provenance_round19a import TRUST as SHARE_TRUST
-from test_provenance_round27 import _notes_then_pay, _printed
+from test_provenance_round27 import _decoded, _notes_then_pay, _printed
 
 from tether import Agent, Effect, Host, tool
 from tether.core.types import ProposedCall
@@ -188,6 +199,50 @@ async def test_the_users_and_the_listings_account_a_base64_store_keeps_is_still_
     first, second = await _notes_then_pay(world, b64(account), account)
     assert first == [] and world.files == {"Paris": account}
     assert second == [] and world.received == [("transfer", {"recipient": account, "amount": "200.00"})]
+
+
+class Masked(str):
+    """Text that prints as a mask; the function still gets its characters."""
+
+    def __str__(self) -> str:
+        return "(hidden)"
+
+
+class Broken:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+ACCOUNT = b64(ATTACKER_IBAN)
+READERS: dict[str, tuple[Any, Any]] = {
+    # What pydantic's JSON serializer printed (the proposal, a mask, nothing) against what the
+    # function gets: each kind of type that prints otherwise than it holds.
+    "Base64Str": (Base64Str, ATTACKER_IBAN),
+    "excluded": (Annotated[str, BeforeValidator(_decoded), Field(exclude=True)], ATTACKER_IBAN),
+    "serializer": (
+        Annotated[str, BeforeValidator(_decoded), PlainSerializer(b64)],
+        ATTACKER_IBAN,
+    ),
+    "Json": (Json[list[Annotated[str, BeforeValidator(_decoded)]]], [ATTACKER_IBAN]),
+    "SecretStr": (Annotated[SecretStr, BeforeValidator(_decoded)], ATTACKER_IBAN),
+    "str subclass": (Annotated[str, BeforeValidator(lambda v: Masked(_decoded(v)))], ATTACKER_IBAN),
+    "bytes": (Annotated[bytes, BeforeValidator(lambda v: _decoded(v).encode())], ATTACKER_IBAN),
+    "unprintable": (Annotated[Any, BeforeValidator(Iban._parse)], ATTACKER_IBAN),
+    "unreadable": (Annotated[Any, BeforeValidator(lambda v: Broken())], "<unreadable Broken>"),
+}
+
+
+@pytest.mark.parametrize("kind", list(READERS))
+def test_what_the_function_gets_is_read_whatever_its_type_prints(kind: str) -> None:
+    annotation, gets = READERS[kind]
+    given = json.dumps([ACCOUNT]) if kind == "Json" else ACCOUNT
+
+    def pay(recipient: Any) -> str:
+        """Pay."""
+        return "paid"
+
+    pay.__annotations__ = {"recipient": Annotated[annotation, Field(description="Account.")], "return": str}
+    assert tool(effect=Effect.PURCHASE)(pay).received({"recipient": given}) == {"recipient": gets}
 
 
 # -- 2. an argument a default factory fills from the others ---------------------------------------

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import decimal
 import enum
-import uuid
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
@@ -36,13 +33,13 @@ def as_data(value: Any, depth: int = 0) -> Any:
     objects keyed as the schema names their fields, containers as lists and objects, secrets as
     the text they hold, bytes as text, and anything else by its own text (``str``)."""
     if depth > _DEPTH:
-        return str(value)
+        return _text(value)
     if value is None or (isinstance(value, bool | int | float) and not isinstance(value, enum.Enum)):
         return value
     if isinstance(value, enum.Enum):
         return as_data(value.value, depth + 1)
     if isinstance(value, str):
-        return str(value)
+        return str.__str__(value)  # its characters, whatever a subclass prints
     if isinstance(value, SecretStr | SecretBytes):
         return as_data(value.get_secret_value(), depth + 1)
     if isinstance(value, bytes | bytearray | memoryview):
@@ -57,9 +54,16 @@ def as_data(value: Any, depth: int = 0) -> Any:
         return [as_data(v, depth + 1) for v in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID | PurePath):
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """A value of a type of the tool's own, by its text: what it says it holds. One whose text
+    cannot be read is judged as text that traces to nothing (a reviewer decides)."""
+    try:
         return str(value)
-    return str(value)
+    except Exception:  # its own __str__ failed: nothing it holds can be told
+        return f"<unreadable {type(value).__name__}>"
 
 
 def _model(model: BaseModel, depth: int) -> dict[str, Any]:
