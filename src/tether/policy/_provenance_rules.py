@@ -182,8 +182,7 @@ class ProvenanceRules:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
-        if spec.remote_name:
-            self._remote[spec.name] = spec.remote_name
+        self._remote.update({spec.name: spec.remote_name} if spec.remote_name else {})
         rules = declared_rules(self.tools, spec.name, spec.remote_name)
         effectful = spec.effect.side_effecting
         if rules is None or (effectful and rules.effect == "read"):  # a read's rules are no effect's
