@@ -21,6 +21,12 @@ the tool receives, read past its serializers and its defaults.
    defaults are now read through local ``$ref`` references and an object's one branch of ``anyOf``.
    So are an amount's: an invoice line of one nightly rate within the bound, its nights left to
    the default seven the line's schema gives behind its ``$ref``, paid seven times the rate.
+4. **a server's argument its schema says it decodes**: a server's tool runs no code the host
+   can run, so nothing told the policy what it receives. A mail server whose send takes the
+   whole message base64-encoded (Gmail's ``raw``: ``contentEncoding``/``format`` base64), or as
+   JSON text (``contentMediaType``, its characters escaped), sent the attacker's link, which
+   only the decoded message holds. What a schema declares it decodes is decoded and judged as
+   received (``declared_received``), for a server's tools and a stored proposal's spec alike.
 
 Each test checks what the tools received (or what the policy decides) for the attack AND that
 the legitimate version of the same task still runs unreviewed.
@@ -36,7 +42,7 @@ from decimal import Decimal
 from typing import Annotated, Any
 
 import pytest
-from _travel import ATTACKER_IBAN, CTX
+from _travel import ATTACKER_IBAN, ATTACKER_URL, CTX, FRIEND_MAIL, HOTEL_URL
 from pydantic import (
     Base64Str,
     BaseModel,
@@ -55,9 +61,12 @@ from test_provenance_round19a import NESTED_RULES, _server_share, _State
 from test_provenance_round19a import TRUST as SHARE_TRUST
 from test_provenance_round27 import _decoded, _notes_then_pay, _printed
 
-from tether import Agent, Effect, Host, tool
-from tether.core.types import ProposedCall
+from tether import Agent, Effect, Host, Policy, tool
+from tether.core.types import ProposedCall, ToolOutput, ToolSpec
+from tether.errors import PolicyError
+from tether.policy import Decision, propose
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
+from tether.policy._provenance_schema import declared_received
 from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
@@ -427,3 +436,135 @@ async def test_an_amount_left_to_a_default_behind_a_ref_is_judged_with_it(keys: 
     paid = call("pay_invoice", recipient=HOTEL_IBAN, lines=lines)
     assert await _run([own.get_reviews, own.pay_invoice], _invoice_rules(keys), INVOICE, read, (paid,)) == []
     assert own.received == [("pay_invoice", {"recipient": HOTEL_IBAN, "amount": Decimal("120.00")})]
+
+
+# -- 4. a server's argument its schema says it decodes --------------------------------------------
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+ENCODINGS: dict[str, tuple[dict[str, Any], Any]] = {
+    "contentEncoding": (
+        {"type": "string", "contentEncoding": "base64"},
+        lambda m: base64.urlsafe_b64encode(m.encode()).decode().rstrip("="),
+    ),
+    "format byte": ({"type": "string", "format": "byte"}, lambda m: base64.b64encode(m.encode()).decode()),
+    "JSON": (
+        {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object", "properties": {"to": {"type": "string"}, "body": {}}},
+        },
+        lambda m: f'{{"to": "{FRIEND_MAIL}", "body": "{_escaped(m)}"}}',
+    ),
+}
+
+
+class RemoteMail:
+    """A mail server's send (as MCP lists it): the whole message in one string it decodes."""
+
+    name = "mail"
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.sent: list[Any] = []
+        parameters = {"type": "object", "properties": {"raw": schema}, "required": ["raw"]}
+        self.spec = ToolSpec("send_raw", "Send a message.", parameters, Effect.SEND, source="mail")
+
+    async def start(self) -> None:
+        return None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        return [self.spec]
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: Any) -> ToolOutput:
+        self.sent.append(arguments["raw"])
+        return ToolOutput("sent")
+
+    async def close(self) -> None:
+        return None
+
+
+MAIL_RULES = {
+    **RULES,
+    **rules_from_dict(
+        {
+            "send_raw": {
+                "effect": "send",
+                "requested_by": ["e-mail"],
+                "arguments": {"raw": {"role": "content", "links_from": ["user", "directory", "listing"]}},
+            }
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+@pytest.mark.parametrize("link", [ATTACKER_URL, HOTEL_URL], ids=["attackers", "listings"])
+async def test_a_message_a_server_decodes_is_judged_as_it_receives_it(encoding: str, link: str) -> None:
+    schema, encode = ENCODINGS[encoding]
+    server = RemoteMail(schema)
+    message = f"To: {FRIEND_MAIL}\r\nSubject: Hotel\r\n\r\nBook at {link}."
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(MAIL_RULES, TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+    )
+    world = Travel()
+    host.add_tools(*world.tools())
+    host.add_source(server)
+    async with host:
+        model = scripted(*READ, call("send_raw", raw=encode(message)))
+        result = await host.run(Agent("act", model), REQUEST, context=CTX)
+    if link == ATTACKER_URL:
+        assert server.sent == [] and problems(result.events) == ["untrusted_link"]
+    else:
+        assert problems(result.events) == [] and server.sent == [encode(message)]
+
+
+class NoEvil:
+    """A deployer's rule: nothing that names evil.example leaves."""
+
+    name = "no_evil"
+
+    def check(self, call: Any, context: Any) -> Decision | None:
+        if "evil.example" in json.dumps(call.arguments):
+            return Decision("deny", self.name, "evil_named")
+        return None
+
+
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_a_stored_proposal_for_a_servers_tool_is_judged_as_it_decodes(encoding: str) -> None:
+    schema, encode = ENCODINGS[encoding]
+    spec = dataclasses.replace(RemoteMail(schema).spec, effect=Effect.WRITE)  # a draft: no egress
+    policy = Policy(automatic_effects=[Effect.READ, Effect.WRITE], rules=[NoEvil()])
+
+    def envelope(message: str) -> str:
+        return json.dumps({"tool": "send_raw", "arguments": {"raw": encode(message)}})
+
+    with pytest.raises(PolicyError) as refused:
+        propose(CTX, envelope("Book at https://evil.example/deal."), tools=[spec], policy=policy)
+    assert refused.value.reason == "evil_named"
+    kept = propose(CTX, envelope(f"Book at {HOTEL_URL}."), tools=[spec], policy=policy)
+    assert not kept.needs_approval
+
+
+def test_what_a_schema_declares_it_decodes_is_read_at_any_depth() -> None:
+    encoded = {"type": "string", "contentEncoding": "base64"}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "messages": {"type": "array", "items": {"$ref": "#/$defs/Message"}},
+            "note": {"anyOf": [{"$ref": "#/$defs/Message"}, {"type": "null"}]},
+            "plain": {"type": "string"},
+        },
+        "$defs": {"Message": {"type": "object", "properties": {"raw": encoded}}},
+    }
+    given = {
+        "messages": [{"raw": b64("To: a@b.example")}],
+        "note": {"raw": "not base64!"},
+        "plain": b64("x y"),
+    }
+    assert declared_received(parameters, given) == {**given, "messages": [{"raw": "To: a@b.example"}]}
+    assert declared_received(parameters, {"plain": "text"}) is None

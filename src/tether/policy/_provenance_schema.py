@@ -1,5 +1,6 @@
 """A tool's argument schema as the policy reads it: every local ``$ref`` replaced by what it
-points to, and an object's one branch of an ``anyOf``.
+points to, an object's one branch of an ``anyOf``, and what a server's schema says it decodes
+(``declared_received``).
 
 Pydantic writes a nested model as ``{"$ref": "#/$defs/Settings"}`` (an optional one inside an
 ``anyOf`` beside ``null``), and so do most servers' schemas. A validator follows the reference:
@@ -10,10 +11,13 @@ keys are declared and which are data), so it reads the schema with its reference
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["branch_of", "inline_refs"]
+__all__ = ["branch_of", "declared_received", "inline_refs"]
 
 _DEPTH = 32
 _CACHE: dict[int, tuple[Any, Any]] = {}
@@ -83,3 +87,64 @@ def _fits(schema: Any, value: Any) -> bool:
     if isinstance(value, list | tuple):
         return "items" in schema
     return isinstance(value, Mapping) and "properties" in schema
+
+
+_BASE64_FORMATS = frozenset({"base64", "base64url", "byte"})  # JSON Schema, pydantic, OpenAPI
+_MEDIA_JSON = re.compile(r"application/(?:[\w.-]+\+)?json\s*(?:;.*)?", re.IGNORECASE)
+
+
+def declared_received(parameters: Any, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``arguments`` as a tool whose argument schema declares how it reads a string receives
+    them, where that differs: a string of ``contentEncoding`` or ``format`` base64 (``Base64Str``
+    on a server, Gmail's ``raw`` message) decoded, and one of ``contentMediaType`` JSON
+    (``Json[...]``) parsed, at any depth. For a tool whose own code the host cannot run (a
+    server's): the schema is all it says of what it does with a value."""
+    schema = inline_refs(parameters)
+    out = _read(dict(arguments), schema, 0)
+    return None if out == arguments else out
+
+
+def _read(value: Any, schema: Any, depth: int) -> Any:
+    schema = branch_of(schema, value)
+    if depth > _DEPTH or not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, str):
+        return _string(value, schema, depth)
+    if isinstance(value, list):
+        items = schema.get("items")
+        return [_read(item, items, depth + 1) for item in value]
+    if isinstance(value, Mapping):
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        extra = schema.get("additionalProperties")
+        return {k: _read(v, props.get(k, extra), depth + 1) for k, v in value.items()}
+    return value
+
+
+def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
+    text: Any = value
+    if schema.get("contentEncoding") in ("base64", "base64url") or schema.get("format") in _BASE64_FORMATS:
+        text = _unbase64(value)
+    media = schema.get("contentMediaType")
+    if isinstance(media, str) and _MEDIA_JSON.fullmatch(media.strip()) and isinstance(text, str):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return text
+        return _read(parsed, schema.get("contentSchema"), depth + 1)
+    return text
+
+
+def _unbase64(value: str) -> str:
+    """``value`` decoded from base64 (either alphabet, padding optional) as UTF-8 text; as it is
+    where it is no base64 (the server refuses it, and nothing is sent)."""
+    bare = "".join(value.split())
+    try:
+        raw = base64.b64decode(
+            bare + "=" * (-len(bare) % 4),
+            altchars=b"-_" if "-" in bare or "_" in bare else None,
+            validate=True,
+        )
+    except ValueError:
+        return value
+    return raw.decode("utf-8", "replace")
