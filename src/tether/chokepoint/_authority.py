@@ -39,6 +39,7 @@ from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
 from tether.policy._approvals import idempotency_key
 from tether.policy._intake import check_arguments, parse_arguments
+from tether.policy._provenance_schema import declared_received
 from tether.policy._rules import HARNESS_SOURCE, Decision, Policy, ProposedCall, judged_as_received
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
@@ -376,10 +377,14 @@ class HostCore:
 
     def _received(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any] | None:
         """What the tool's function receives where its own validators change ``arguments`` (its
-        source's ``received_arguments``: local tools), else ``None``."""
+        source's ``received_arguments``: local tools), or, for a tool whose code the host cannot
+        run (a server's), where its schema says it decodes them (``declared_received``), else
+        ``None``."""
         found = self._specs.get(spec.name)
         received = getattr(found[1], "received_arguments", None) if found is not None else None
-        return received(spec, arguments) if callable(received) else None
+        return (
+            received(spec, arguments) if callable(received) else declared_received(spec.parameters, arguments)
+        )
 
     def _unknown(self, name: str) -> str:
         for source in self.sources:

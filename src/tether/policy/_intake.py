@@ -45,6 +45,7 @@ from tether.core._schema import MAX_DEPTH
 from tether.core._schema import check_arguments as _check_against_schema
 from tether.core._schema_errors import json_type
 from tether.errors import PolicyError
+from tether.policy._provenance_schema import declared_received
 from tether.policy._rules import Decision, Policy, ProposedCall, judged_as_received
 from tether.policy._trusted import TrustedContext
 from tether.tools._contract import Tool, ToolSpec
@@ -285,7 +286,10 @@ def propose(
     args = check_arguments(spec.parameters, arguments)
     needs = False
     if policy is not None:
-        received = local.received(args) if isinstance(local, Tool) else None  # as its validators leave it
+        # As its validators leave it; a bare spec's, as its schema says it decodes it.
+        received = (
+            local.received(args) if isinstance(local, Tool) else declared_received(spec.parameters, args)
+        )
         call = ProposedCall(f"proposal:{name}", spec, args)
         decision: Decision = judged_as_received(policy, call, context, received)
         if decision.verdict == "deny":

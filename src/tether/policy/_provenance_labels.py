@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from tether.policy._provenance_schema import branch_of
 from tether.policy._provenance_values import compose, unescaped
 
 __all__ = [
@@ -276,6 +277,7 @@ def _structured(schema: Any) -> bool:
 
 
 def _child(schema: Any, key: str | None) -> Any:
+    schema = branch_of(schema, [] if key is None else {})  # an optional object's object
     if not isinstance(schema, Mapping):
         return None
     if key is None:
@@ -289,6 +291,7 @@ def _child(schema: Any, key: str | None) -> Any:
 
 
 def _declared(schema: Any, key: str) -> bool:
+    schema = branch_of(schema, {})
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     return isinstance(props, Mapping) and key in props
 

@@ -15,6 +15,7 @@ from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_run import SENT, calls_before
+from tether.policy._provenance_schema import branch_of, inline_refs
 
 if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
@@ -68,30 +69,37 @@ def as_received(
     properties = (parameters or {}).get("properties") or {}
     for rule in rules.arguments.values():
         if rule.role in ("amount", "option") and isinstance(out.get(rule.argument), Mapping | list):
-            out[rule.argument] = filled(out[rule.argument], properties.get(rule.argument))
+            once = rule.role == "amount"  # a count left at one pays its figure once (``filled``)
+            out[rule.argument] = filled(out[rule.argument], properties.get(rule.argument), once=once)
     return out
 
 
 _DEPTH = 32
 
 
-def filled(value: Any, schema: Any, depth: int = 0) -> Any:
+def filled(value: Any, schema: Any, depth: int = 0, *, once: bool = False) -> Any:
     """``value`` as a tool that applies its schema's defaults receives it: each property an object
     leaves out (or sends as ``null``) that the schema gives a default takes it, in objects and
-    lists nested at any depth (a zod or JSON Schema validator fills them in so)."""
+    lists nested at any depth (a zod or JSON Schema validator fills them in so), an optional
+    object's by its object branch (``branch_of``). ``schema`` has its ``$ref`` references inlined.
+    ``once`` (an amount's record): a default of one is left out, for a count left at one pays the
+    figure beside it once (a line's quantity); any other default (seven nights) is filled in."""
+    schema = branch_of(schema, value)
     if depth > _DEPTH or not isinstance(schema, Mapping):
         return value
     if isinstance(value, list):
-        return [filled(item, schema.get("items"), depth + 1) for item in value]
+        return [filled(item, schema.get("items"), depth + 1, once=once) for item in value]
     properties = schema.get("properties")
     if not isinstance(value, Mapping) or not isinstance(properties, Mapping):
         return value
     out = dict(value)
     for key, sub in properties.items():
-        if out.get(key) is None and isinstance(sub, Mapping) and sub.get("default") is not None:
-            out[key] = sub["default"]
+        default = sub.get("default") if isinstance(sub, Mapping) else None
+        unit = once and type(default) in (int, float) and default == 1
+        if out.get(key) is None and default is not None and not unit:
+            out[key] = default
         if key in out:
-            out[key] = filled(out[key], sub, depth + 1)
+            out[key] = filled(out[key], sub, depth + 1, once=once)
     return out
 
 
@@ -153,7 +161,7 @@ def home_currency(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRul
         return None
     if rules is None or rule.currency not in rules.arguments:
         return currency_code(rule.currency)
-    schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
+    schema = ((inline_refs(call.spec.parameters) or {}).get("properties") or {}).get(rule.currency)
     value = schema.get("default") if isinstance(schema, Mapping) else None
     return currency_code(value) if isinstance(value, str) and value.strip() else None
 

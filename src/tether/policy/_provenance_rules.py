@@ -56,6 +56,7 @@ from tether.policy._provenance_paid import (
     paid_in,
 )
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
+from tether.policy._provenance_schema import inline_refs
 from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
@@ -181,8 +182,7 @@ class ProvenanceRules:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
-        if spec.remote_name:
-            self._remote[spec.name] = spec.remote_name
+        self._remote.update({spec.name: spec.remote_name} if spec.remote_name else {})
         rules = declared_rules(self.tools, spec.name, spec.remote_name)
         effectful = spec.effect.side_effecting
         if rules is None or (effectful and rules.effect == "read"):  # a read's rules are no effect's
@@ -194,9 +194,10 @@ class ProvenanceRules:
             return Decision(
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
-        self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
-        defaults = {**amount_defaults(rules, spec.parameters, ("option",)), **self._defaults[spec.name]}
-        received = as_received(rules, call.arguments, spec.parameters, defaults)  # judged as received
+        parameters = inline_refs(spec.parameters)  # a nested object's schema, not its ``$ref``
+        self._defaults[spec.name] = amount_defaults(rules, parameters)
+        defaults = {**amount_defaults(rules, parameters, ("option",)), **self._defaults[spec.name]}
+        received = as_received(rules, call.arguments, parameters, defaults)  # judged as received
         given, call = call.arguments, dataclasses.replace(call, arguments=received)
         index = self._index(call.state)
         out = _Verdict()
@@ -205,7 +206,7 @@ class ProvenanceRules:
             # The request itself must ask for this effect, whatever the call carries.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
-        properties = (spec.parameters or {}).get("properties") or {}
+        properties = (parameters or {}).get("properties") or {}
         judged = False  # whether a declared argument carried a value its rule restricts
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)

@@ -27,7 +27,6 @@ from typing import (
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
-from pydantic_core import PydanticSerializationError
 from typing_extensions import ParamSpec, TypeVar, Unpack
 
 from tether.core._problems import validation_problems
@@ -35,6 +34,7 @@ from tether.core._schema import UnusableSchema, check_arguments, compile_schema
 from tether.core.stop import cancel_after
 from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+from tether.tools._received import as_data
 
 __all__ = [
     "Effect",
@@ -287,16 +287,18 @@ class Tool(Generic[P, T]):
         """The JSON ``arguments`` as the function receives them, once its own validators ran (a
         ``BeforeValidator`` that decodes or strips, a ``model_validator`` that fills one argument
         from another), where that differs from ``arguments``; ``None`` where it does not, or where
-        they fail validation (the call then runs nothing). What only a default filled in, at any
+        they fail validation (the call then runs nothing). The values are read as the function
+        gets them, never through the model's serializers (``as_data``: a serializer may print a
+        decoded value back as it was given). What only the author's default filled in, at any
         depth, is left out, as the call left it: the policy reads the schema's defaults itself."""
         if self._plain is not None:
             return None  # bare types, no validators: what is given is what is received
         try:
             text = _ARGUMENTS_JSON.encode(arguments)
             model = self.arguments_model.model_validate_json(text, strict=True)
-            out = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        except (ValidationError, PydanticSerializationError, ValueError, TypeError):
+        except (ValidationError, ValueError, TypeError):
             return None
+        out = as_data(model)
         return None if out == arguments else out
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:

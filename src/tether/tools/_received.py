@@ -1,0 +1,109 @@
+"""What a tool's function receives, as JSON-like data the policy can judge.
+
+``Tool.received`` validates the call's JSON as the call will run and reads the values pydantic
+hands the function. They are read here directly, never through the model's serializers: a
+serializer may print a value back in the form it was given (``Base64Str`` re-encodes the account
+it decoded, a ``PlainSerializer`` can undo its ``BeforeValidator``) or fail on a value it cannot
+print (a validator that builds a domain object), and either way the policy would judge the form
+the model wrote instead of the one the tool gets. A field the call left out is left out here
+only where a default the tool's author wrote filled it (the policy reads the schema's defaults
+itself); a ``default_factory`` that reads the other arguments fills it from what the model gave,
+so that is received, and judged, like any other argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+__all__ = ["as_data"]
+
+_DEPTH = 64
+
+
+def as_data(value: Any, depth: int = 0) -> Any:
+    """``value`` (what pydantic gives the function) as JSON-like data: models and dataclasses as
+    objects keyed as the schema names their fields, containers as lists and objects, secrets as
+    the text they hold, bytes as text, and anything else by its own text (``str``)."""
+    if depth > _DEPTH:
+        return _text(value)
+    if value is None or (isinstance(value, bool | int | float) and not isinstance(value, enum.Enum)):
+        return value
+    if isinstance(value, enum.Enum):
+        return as_data(value.value, depth + 1)
+    if isinstance(value, str):
+        return str.__str__(value)  # its characters, whatever a subclass prints
+    if isinstance(value, SecretStr | SecretBytes):
+        return as_data(value.get_secret_value(), depth + 1)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, BaseModel):
+        return _model(value, depth)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _dataclass(value, depth)
+    if isinstance(value, Mapping):
+        return {str(as_data(k, depth + 1)): as_data(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [as_data(v, depth + 1) for v in value]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """A value of a type of the tool's own, by its text: what it says it holds. One whose text
+    cannot be read is judged as text that traces to nothing (a reviewer decides)."""
+    try:
+        return str(value)
+    except Exception:  # its own __str__ failed: nothing it holds can be told
+        return f"<unreadable {type(value).__name__}>"
+
+
+def _model(model: BaseModel, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    given = model.model_fields_set
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name, None)
+        if name not in given and _authors_default(info, value):
+            continue
+        out[schema_key(name, info)] = as_data(value, depth + 1)
+    return out
+
+
+def _authors_default(info: FieldInfo, value: Any) -> bool:
+    """Whether a field the call left out holds what the tool's author set as its default: the
+    static default (still that value), or a factory of its own that reads no argument."""
+    if info.default_factory is not None:
+        return not info.default_factory_takes_validated_data
+    return info.default is not PydanticUndefined and _equal(value, info.default)
+
+
+def _dataclass(value: Any, depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        item = getattr(value, f.name, None)
+        if f.default is not dataclasses.MISSING and _equal(item, f.default):
+            continue
+        out[f.name] = as_data(item, depth + 1)
+    return out
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # a value that cannot be compared is judged
+        return False
+
+
+def schema_key(name: str, info: FieldInfo) -> str:
+    """The name the argument schema (validation mode, by alias) gives the field ``name``."""
+    if isinstance(info.validation_alias, str):
+        return info.validation_alias
+    return info.alias or name
