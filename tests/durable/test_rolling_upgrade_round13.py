@@ -127,51 +127,112 @@ def test_a_trace_on_a_file_system_without_locks_is_written_unlocked(
         JsonlSink(trace, flush="each_event").write(TraceEvent("r1", 3, "t", EventKind.STOP, {"reason": "x"}))
 
 
+# -- a submit in a process that read another agent file ------------------------------------------
+
+_DIGEST = "import sys\nfrom tether.agents._file import agent_digest, load_agent_file\n" + (
+    "print(agent_digest(load_agent_file(sys.argv[1])))"
+)
+
+
+def test_an_agent_file_digested_after_another_folders_tools_module_is_bound_to_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two agent files, each with a ``tools`` module in its own folder. A process that imported
+    B's (an in-process ``tether run``, a console) digests A as a fresh worker does: from A's
+    folder. It digested B's module (already imported) instead, so a run it submitted for A was
+    bound to a version no worker serves and stayed queued for good (played: the second run of a
+    rolling upgrade submitted in such a process)."""
+    from tether.agents._file import agent_digest, load_agent_file, snapshot
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "tools", raising=False)
+    for name, version in (("a", "A"), ("b", "B")):
+        (tmp_path / name).mkdir()
+        _write_version(tmp_path / name, version)
+    a, b = tmp_path / "a" / "agent.yaml", tmp_path / "b" / "agent.yaml"
+    fresh = (
+        subprocess.run(
+            [sys.executable, "-c", _DIGEST, str(a)], env=_env(NEW_SRC), capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    try:
+        snapshot(load_agent_file(b))  # B's tools imported in this process
+        assert sys.modules["tools"].__file__ == str((tmp_path / "b" / "tools.py").resolve())
+        assert agent_digest(load_agent_file(a)) == fresh
+        assert agent_digest(load_agent_file(b)) != fresh
+    finally:
+        sys.modules.pop("tools", None)
+
+
 # -- durable runs killed inside a trace write, on either release -----------------------------------
 
 
-def _cut(trace: Path) -> dict[str, Any]:
-    """Cut the file's last line in half, as a writer killed (-9) inside its write leaves it."""
+def _killed_mid_write(op: Mixed, name: str, run_id: str) -> dict[str, Any]:
+    """Kill (-9) the worker ``name`` as it was inside a write of ``run_id``'s trace: the file's
+    last line cut in half (the PostgreSQL index holds the event: its thread is waited for); that
+    event."""
+    from tether.trace._pg_index import PgTraceIndex
+
+    trace = op.agent.parent / "traces" / f"{run_id}.jsonl"
+    index = PgTraceIndex(op.url)
+    try:
+        op.until("the index to hold the file", lambda: len(index.events(run_id)) == len(_seqs(trace)))
+    finally:
+        index.shutdown()
+    assert op.signal(name, signal.SIGKILL) == -signal.SIGKILL
     written = trace.read_bytes()
     last = written.rstrip(b"\n").rsplit(b"\n", 1)[-1]
     trace.write_bytes(written[: len(written) - len(last) // 2 - 1])
     return dict(json.loads(last))
 
 
-@pytest.mark.parametrize("first", ["old", "new"])
-def test_a_run_paused_on_one_release_whose_worker_is_killed_mid_write_finishes_once_on_the_other(
-    pg_url: str, tmp_path: Path, capsys: Any, old_src: Path, first: str
+def test_runs_paused_on_one_release_whose_worker_is_killed_mid_write_finish_once_on_the_other(
+    pg_url: str, tmp_path: Path, capsys: Any, old_src: Path
 ) -> None:
-    """``old``: upgrading (an older worker killed -9 inside a write, the run approved on this
-    release's CLI and finished by this release's worker); ``new``: rolling back (this release's
-    worker killed, the older CLI approves, an older worker finishes). The effect once; both
-    releases' ``trace stats`` and ``runs show`` read the run; every event once, in order; the
-    cut event is back in the file where this release finished the run."""
+    """Upgrading: an older worker pauses r1 and is killed (-9) inside a trace write; this
+    release's CLI approves it and this release's worker finishes it. Rolling back: this
+    release's worker pauses r2 and is killed the same way; the older CLI approves it and an older
+    worker finishes it. Each effect once; both releases' ``runs show`` and ``trace stats`` read
+    both runs; every event of a file once and in order; r1's cut event is back in its file (this
+    release writes it back from the index; the older one does not: r2's file lacks it)."""
     (tmp_path / "agent").mkdir()
     _write_version(tmp_path / "agent", "A")
     op = Mixed(pg_url, tmp_path, capsys, old_src)
-    before, after = (old_src, NEW_SRC) if first == "old" else (NEW_SRC, old_src)
-    _cli(before, tmp_path, "db", "init", "--db", pg_url)
-    _cli(after, tmp_path, "db", "init", "--db", pg_url)
+    _cli(old_src, tmp_path, "db", "init", "--db", pg_url)
     try:
-        op.start_on("w1", before)
-        run_id = op.submit() if first == "new" else op.old_submit()
-        op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
-        assert op.signal("w1", signal.SIGKILL) == -signal.SIGKILL
-        trace = op.agent.parent / "traces" / f"{run_id}.jsonl"
-        cut = _cut(trace)
-        op.start_on("w2", after)
-        op.old_approve(run_id) if after == old_src else op.approve(run_id)
-        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
-        assert Counter(r[0] for r in op.lines("effects.log")) == {run_id: 1}
-        for src in (old_src, NEW_SRC):
-            shown = _cli(src, tmp_path, "runs", "--db", pg_url, "show", run_id)
-            assert (shown["status"], shown["stop_reason"], shown["problems"]) == ("finished", "accepted", [])
-        assert _stats_on_both(old_src, tmp_path, trace) == {"accepted"}
-        seqs = _seqs(trace)
-        assert seqs == sorted(set(seqs)) and seqs[-1] > cut["seq"], seqs
-        if after == NEW_SRC:  # written back from the index, as it was written
-            assert seqs == list(range(1, len(seqs) + 1)) and read_trace(trace)[cut["seq"] - 1] == cut
+        op.start_on("o1", old_src)
+        r1 = op.old_submit()
+        op.until("r1 to pause", lambda: op.status(r1) == ["paused"])
+        op.cli("db", "init", "--db", pg_url)  # the upgrade: this release's init, then its worker
+        op.start_on("n1", NEW_SRC)
+        cut1 = _killed_mid_write(op, "o1", r1)
+        op.approve(r1)
+        op.until("r1 to finish", lambda: op.status(r1) == ["finished"])
+        r2 = op.submit()
+        op.until("r2 to pause", lambda: op.status(r2) == ["paused"])
+        op.start_on("o2", old_src)  # the rollback: an older worker beside, this release's killed
+        cut2 = _killed_mid_write(op, "n1", r2)
+        op.old_approve(r2)
+        op.until("r2 to finish", lambda: op.status(r2) == ["finished"])
+        assert Counter(r[0] for r in op.lines("effects.log")) == {r1: 1, r2: 1}
+        for run_id, cut in ((r1, cut1), (r2, cut2)):
+            for src in (old_src, NEW_SRC):
+                shown = _cli(src, tmp_path, "runs", "--db", pg_url, "show", run_id)
+                assert (shown["status"], shown["stop_reason"], shown["problems"]) == (
+                    "finished",
+                    "accepted",
+                    [],
+                )
+            trace = op.agent.parent / "traces" / f"{run_id}.jsonl"
+            assert _stats_on_both(old_src, tmp_path, trace) == {"accepted"}
+            seqs = _seqs(trace)
+            assert seqs == sorted(set(seqs)) and seqs[-1] > cut["seq"], seqs
+        events = read_trace(op.agent.parent / "traces" / f"{r1}.jsonl")
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1)) and events[
+            cut1["seq"] - 1
+        ] == cut1
     finally:
         op.stop()
 
