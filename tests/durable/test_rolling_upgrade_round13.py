@@ -11,6 +11,12 @@ What did not hold, fixed here and pinned below:
   every release before the lock; this release's sink raised at its first write, so every run of
   an upgraded worker or ``tether run`` there failed. Such a file is now written unlocked (the
   operator told once, in the log), as before.
+- a run submitted for an agent file by a process that had read another agent file whose tools
+  module has the same name (``tools``, in another folder: an in-process ``tether run``, a
+  console, a test harness playing both releases) was digested with that other folder's module
+  (the one this process had imported), bound to a version no worker serves, and stayed queued for
+  good (``runs list``: ``queued``, no executor). An agent file's modules are now found on its own
+  ``python_path`` first, as a fresh worker finds them: the digest is the worker's.
 
 Played and held (``UPGRADE_FROM``, default ``5928b68``; comma-separated commits of this
 repository): a durable run paused on one release whose worker is killed (-9) inside a trace
