@@ -146,25 +146,42 @@ def snapshot(af: AgentFile) -> AgentFile:
 
 def _dependencies(af: AgentFile) -> list[Path]:
     """The files ``agent_digest`` covers, sorted (see there)."""
-    import importlib.util
-
     spec = af.spec
     files: list[Path] = []
     for value in (spec.instructions_file, spec.model.scripted, spec.mcp.config if spec.mcp else None):
         if value:
             files.append(af.resolve(value))
     _python_path(af)
+    folders = [str(af.resolve(entry).resolve()) for entry in af.spec.python_path]
     for ref in spec.tools:
         for target in (ref.function, ref.reconciler):
-            if not target:
-                continue
-            try:
-                found = importlib.util.find_spec(target.partition(":")[0])
-            except (ImportError, ValueError):
-                continue
-            if found is not None and found.origin and Path(found.origin).is_file():
-                files.append(Path(found.origin))
+            found = _module_file(target.partition(":")[0], folders) if target else None
+            if found is not None:
+                files.append(found)
     return sorted(set(files))
+
+
+def _module_file(name: str, folders: list[str]) -> Path | None:
+    """The file of module ``name`` as the agent file's ``python_path`` (``folders``) finds it,
+    else as this process finds it. Not the module of that name this process imported before: in
+    a process that read another agent file (a ``tools`` module of another folder), that one
+    would be digested, the run bound to a version no worker serves, and left queued for good."""
+    import importlib.machinery
+    import importlib.util
+
+    top, _, rest = name.partition(".")
+    finder = importlib.machinery.PathFinder
+    found = finder.find_spec(top, folders)
+    for part in rest.split(".") if rest else ():
+        below = found.submodule_search_locations if found is not None else None
+        found = finder.find_spec(f"{found.name}.{part}", list(below)) if found is not None and below else None
+    if found is None:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+    origin = found.origin if found is not None else None
+    return Path(origin) if origin and Path(origin).is_file() else None
 
 
 def mcp_config(af: AgentFile) -> Any:

@@ -11,7 +11,9 @@ read-only turn, never a decision that came before a side effect nor the stop eve
 from __future__ import annotations
 
 import atexit
+import errno
 import json
+import logging
 import os
 import threading
 import time
@@ -123,21 +125,50 @@ def _write_all(file: Any, data: bytes) -> None:
             view = view[file.write(view) :]
 
 
+# What ``flock`` raises where the file system takes no locks (NFS mounted without its lock
+# service: ENOLCK; some FUSE and network mounts: EOPNOTSUPP, ENOSYS, EINVAL). Such a trace is
+# written unlocked, as every release before the lock wrote it, never not at all.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
+_told_unlocked = threading.Event()  # the operator is told once per process
+
+
 @contextmanager
 def _locked(file: Any) -> Iterator[None]:
     """An exclusive advisory lock on a trace file, across processes (two writers of one run's
     trace: a stalled worker declared dead and the survivor recovering its run). A killed
-    writer's lock goes with it. Where the platform has no ``flock``, or the stream written has no
-    file descriptor (a sink given a wrapping stream), nothing is locked."""
-    fileno = getattr(file, "fileno", None)
-    if fcntl is None or fileno is None:
-        yield
-        return
-    fcntl.flock(fileno(), fcntl.LOCK_EX)
+    writer's lock goes with it. Where the platform has no ``flock``, the stream written has no
+    file descriptor (a sink given a wrapping stream), or the file system takes no locks
+    (``_NO_LOCKS``), nothing is locked."""
+    fd = _lock(file)
     try:
         yield
     finally:
-        fcntl.flock(fileno(), fcntl.LOCK_UN)
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _lock(file: Any) -> int | None:
+    """Lock ``file`` (waiting for another writer's lock): its descriptor, or None where it
+    cannot be locked (``_locked``)."""
+    fileno = getattr(file, "fileno", None)
+    if fcntl is None or fileno is None:
+        return None
+    try:
+        fd: int = fileno()
+    except OSError:  # io.UnsupportedOperation: a stream with no descriptor
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as err:
+        if err.errno not in _NO_LOCKS:
+            raise
+        if not _told_unlocked.is_set():
+            _told_unlocked.set()
+            logging.getLogger(__name__).warning(
+                "trace files are written unlocked: their file system takes no locks (%s)", err
+            )
+        return None
+    return fd
 
 
 def _end_cut_line(path: Path, file: Any) -> None:
