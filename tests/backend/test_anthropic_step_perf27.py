@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 import tether.models._anthropic as anthropic_module
-import tether.models._json as json_module
 from tether.core.messages import AssistantMessage, ToolCall, UserMessage
 from tether.models._anthropic import AnthropicMessages, _input, _Turn
-from tether.models._base import ModelRequest, halved, may_hold_half
+from tether.models._base import ModelRequest, count, halved, may_hold_half
 from tether.models._json import Pairs, loads, written
 
 URL = "http://127.0.0.1:9"
@@ -91,7 +90,7 @@ def test_written_is_json_dumps_and_builds_no_encoder_per_call(monkeypatch: pytes
             built.append(kwargs)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(json_module.json, "JSONEncoder", Counting)
+    monkeypatch.setattr(json, "JSONEncoder", Counting)  # what json.dumps builds per call
     assert [written(v) for v in values] == expected
     assert built == []
     # an object that named a key twice is still written with each pair
@@ -136,7 +135,7 @@ def test_a_whole_answer_reads_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_int_count_in_range_is_taken_without_count(monkeypatch: pytest.MonkeyPatch) -> None:
     read: list[object] = []
-    original = anthropic_module.count
+    original = count
 
     def counting(value: object) -> int:
         read.append(value)
