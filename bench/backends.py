@@ -9,7 +9,9 @@ in, then answers; each result is 2 KB. tether runs the loop with its default set
 backend for that protocol (whole responses; on its default transport, and on its official SDK
 client: ``tether_sdk``), and a hand-written loop posts the same conversation as JSON with
 ``httpx2`` (the floor) and through the official SDK client's documented ``post`` (``raw_sdk``:
-the floor of the SDK transport, so the SDK's own cost and what tether adds on it show apart). The
+the floor of the SDK transport, so the SDK's own cost and what tether adds on it show apart);
+the backend alone (``backend``: its default transport driven by the same hand-written loop, no
+host) shows what the backend costs a step apart from what the host's governance adds. The
 overhead of one step is the wall time of back-to-back sessions (at least 100 model calls)
 minus the server's handler time, divided by the model calls; this process's CPU time per call
 is reported too (the steadier figure on a shared machine). Import time: a fresh interpreter
@@ -113,6 +115,35 @@ def tether_session(provider: str, server: Server, transport: str = "http") -> Se
     async def run(steps: int) -> None:
         result = await host.run(agent, f"Collect the records. steps={steps}", context=context)
         assert result.ok and result.llm_calls == steps + 1, (result.stop_reason, result.detail)
+
+    return run
+
+
+def backend_session(provider: str, server: Server) -> Session:
+    """tether's backend alone (its default transport), driven by the same hand-written loop as
+    the floor, no host: the messages the host would send (the instructions, the task, each
+    answer and its results, appended), each call ``complete``. Against the floor, what the
+    backend itself costs a step; against ``tether``, what the host's governance adds."""
+    from tether.core.messages import Message, SystemMessage, ToolMessage, UserMessage
+    from tether.models._base import ModelRequest
+
+    model = backend(provider, server.url, "http")
+    tools = ({"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}},)
+    calls = [0]
+
+    async def run(steps: int) -> None:
+        calls[0] = 0
+        messages: tuple[Message, ...] = (
+            SystemMessage(INSTRUCTIONS),
+            UserMessage(f"Collect the records. steps={steps}"),
+        )
+        while True:
+            calls[0] += 1
+            answer = (await model.complete(ModelRequest(messages, tools=tools))).message
+            messages = (*messages, answer, *(ToolMessage(c.id, RESULT) for c in answer.tool_calls))
+            if not answer.tool_calls:
+                break
+        assert calls[0] == steps + 1, (provider, calls[0], steps)
 
     return run
 
@@ -237,6 +268,7 @@ async def measure(provider: str, repeats: int, steps: int, calls: int = SAMPLE_C
         runners = {
             "tether": tether_session(provider, server),
             "tether_sdk": tether_session(provider, server, "sdk"),
+            "backend": backend_session(provider, server),
             "raw_httpx2": raw_session(provider, server),
             "raw_sdk": raw_session(provider, server, sdk=True),
         }
@@ -260,6 +292,8 @@ async def measure(provider: str, repeats: int, steps: int, calls: int = SAMPLE_C
         "raw_httpx2_us_per_step": round(raw),
         "ratio_to_raw_httpx2": round(wall["tether"] / raw, 3),
         "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
+        "backend_us_per_step": round(wall["backend"]),
+        "backend_cpu_ratio_to_raw_httpx2": round(cpu["backend"] / cpu["raw_httpx2"], 3),
         "sdk_ratio_to_raw_httpx2": round(wall["tether_sdk"] / raw, 3),
         "raw_sdk_us_per_step": round(wall["raw_sdk"]),
         "raw_sdk_ratio_to_raw_httpx2": round(wall["raw_sdk"] / raw, 3),
@@ -271,7 +305,8 @@ async def measure(provider: str, repeats: int, steps: int, calls: int = SAMPLE_C
     print(
         f"{provider:17s} {steps} steps: tether {wall['tether']:5.0f} us/step, on the SDK"
         f" {wall['tether_sdk']:5.0f}, raw httpx2 {raw:5.0f} ({row['ratio_to_raw_httpx2']:.2f}x wall,"
-        f" {row['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); on the SDK"
+        f" {row['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); the backend alone, no host"
+        f" {row['backend_cpu_ratio_to_raw_httpx2']:.2f}x cpu; on the SDK"
         f" {row['sdk_ratio_to_raw_httpx2']:.2f}x raw httpx2, {row['sdk_ratio_to_raw_sdk']:.2f}x"
         f" ({row['cpu_sdk_ratio_to_raw_sdk']:.2f}x cpu) a raw SDK loop {wall['raw_sdk']:5.0f}"
         f" ({row['raw_sdk_ratio_to_raw_httpx2']:.2f}x raw httpx2); import {seconds * 1000:.0f} ms,"

@@ -22,6 +22,8 @@ def test_backends_bench_runs_and_prints_a_row_per_backend_last() -> None:
     for row in figures["backends"].values():
         assert row["tether_us_per_step"] > 0 and row["raw_httpx2_us_per_step"] > 0
         assert row["ratio_to_raw_httpx2"] > 0 and row["import_s"] >= 0
+        # the backend alone, no host: what the backend costs apart from the host's governance
+        assert row["backend_us_per_step"] > 0 and row["backend_cpu_ratio_to_raw_httpx2"] > 0
         assert row["tether_sdk_us_per_step"] > 0 and row["import_with_sdk_s"] >= 0  # the SDK transport
         # the raw SDK loop: what the SDK costs, and what tether adds on it, apart
         assert row["raw_sdk_us_per_step"] > 0 and row["sdk_ratio_to_raw_sdk"] > 0

@@ -54,7 +54,7 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, halved
+from tether.models._base import MAX_COUNT, ModelRequest, ModelResponse, count, halved, may_hold_half
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed, streamed
 from tether.models._sse import Ending, events, until_cut
@@ -327,9 +327,10 @@ class AnthropicMessages(HTTPBackend):
             for i, n, a in turn.calls
         )
         text = "".join(turn.text)
-        thought = "".join(_piece(item.get("thinking")) for item in turn.items)
+        items = turn.items
+        thought = "".join(_piece(item.get("thinking")) for item in items) if items else ""
         usage = turn.to_usage()
-        kept = [item for item in turn.items if _sendable(item)]
+        kept = [item for item in items if _sendable(item)] if items else items
         if len(kept) < len(turn.items) and calls:
             # The API refuses a tool-use turn sent back without its thinking (when thinking is
             # on) and a thinking block without its signature: the next request would fail.
@@ -342,7 +343,7 @@ class AnthropicMessages(HTTPBackend):
             content=text or None,
             tool_calls=calls,
             reasoning=thought or None,
-            provider_items=tuple({"provider": PROVIDER, **item} for item in kept),
+            provider_items=tuple({"provider": PROVIDER, **item} for item in kept) if kept else (),
         )
         meta: dict[str, Any] = (
             {"reasoning_not_kept": len(turn.items) - len(kept)} if len(kept) < len(turn.items) else {}
@@ -478,6 +479,9 @@ _DELTA_BLOCKS = {
 }
 
 
+_USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 class _Turn:
     """What one answer has gathered so far."""
 
@@ -493,15 +497,13 @@ class _Turn:
         # of each field is the total. A field a later event leaves out, nulls or zeroes (a proxy
         # that fills what it does not know with 0) keeps its count: the turn is not undercounted.
         counts = self.counts
-        for key in (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        ):
+        for key in _USAGE_FIELDS:
             value = raw.get(key)
             if value is not None:
-                counts[key] = max(counts.get(key, 0), count(value))
+                # A count as the API sends it (an int in range) is taken as it is; any other
+                # value is read (or refused) by ``count``.
+                n = value if type(value) is int and 0 <= value <= MAX_COUNT else count(value)
+                counts[key] = max(counts.get(key, 0), n)
 
     def to_usage(self) -> Usage:
         c = self.counts
@@ -548,8 +550,13 @@ def _input(call: ToolCall) -> Any:
     or held a character that is not UTF-8 (a lone ``\\ud83d`` escape: JSON cannot send it
     back), go back as an empty object (the host refused them): the tool result says what was
     wrong."""
+    text = call.arguments
     try:
-        value = json.loads(call.arguments) if call.arguments.strip() else {}
+        value = json.loads(text) if text.strip() else {}
     except ValueError:
         return {}
-    return value if isinstance(value, dict) and not halved(value) else {}
+    if not isinstance(value, dict):
+        return {}
+    # A string of the object can hold a surrogate half only where the text has a ``\u`` escape
+    # or a half itself: only then is the object walked (each step encodes the turn's calls).
+    return {} if may_hold_half(text) and halved(value) else value

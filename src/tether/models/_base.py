@@ -21,6 +21,7 @@ __all__ = [
     "halved",
     "larger_usage",
     "later_finish",
+    "may_hold_half",
     "paired",
     "repeated_prefix",
     "short_call_id",
@@ -218,6 +219,12 @@ def whole_json(text: str) -> str:
     """JSON text with its surrogate pairs joined and a half with no partner written as its
     ``\\u`` escape: the same JSON, as the server meant it, now encodable."""
     return _HALF.sub(lambda m: f"\\u{ord(m.group()):04x}", paired(text)) if _HALF.search(text) else text
+
+
+def may_hold_half(text: str) -> bool:
+    """Whether JSON ``text`` may read as a value holding a surrogate half: only a ``\\u`` escape
+    or a half in the text itself gives one (``halved`` need not walk what it reads otherwise)."""
+    return "\\u" in text or _HALF.search(text) is not None
 
 
 def halved(value: object) -> bool:

@@ -37,6 +37,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _PAIRS = json.JSONDecoder(object_pairs_hook=_object)  # one for the process (see ``loads``)
+# ``json.dumps(value, ensure_ascii=False)``'s encoder, built once: ``dumps`` given an option
+# builds an encoder on every call (an Anthropic answer writes each call's input with it).
+_WRITER = json.JSONEncoder(ensure_ascii=False)
 
 
 def loads(raw: bytes | str) -> Any:
@@ -72,7 +75,7 @@ def written(value: object) -> str:
     """A JSON value as text (``json.dumps``, non-ASCII as it is); an object that named a key
     twice written with each pair it named."""
     if not _repeats(value):
-        return json.dumps(value, ensure_ascii=False)
+        return _WRITER.encode(value)
     if isinstance(value, dict):
         pairs = value.pairs if isinstance(value, Pairs) else list(value.items())
         return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {written(v)}" for k, v in pairs) + "}"
