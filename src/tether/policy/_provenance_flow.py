@@ -7,12 +7,13 @@ written into a store in pieces is looked for in what those pieces make together
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_labels import Segment, split_values, trust_parts
+from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
 from tether.policy._provenance_values import (
@@ -190,16 +191,35 @@ def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], A
 
 
 def party_handles(
-    call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
-) -> list[str]:
-    """What in ``value`` (``argument`` of ``call``) points at a party, each to be judged: its
-    addresses and accounts (``find_handles``), its long numbers (``find_numbers``: a phone, an
-    account of digits) but those that are digits of an account the store makes with the run's
-    earlier pieces, and what it makes with those pieces (``joined_handles``)."""
+    index: ProvenanceIndex, call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+) -> list[tuple[str, list[Origin]]]:
+    """What in ``value`` (``argument`` of ``call``) points at a party, each with its origins
+    (``handle_origins``) to be judged: its addresses and accounts (``find_handles``), its long
+    numbers (``find_numbers``: a phone, an account of digits) but those that are digits of an
+    account the store makes with the run's earlier pieces, and what it makes with those pieces
+    (``joined_handles``)."""
     joined = joined_handles(call, argument, value, rules_of)
     accounts = [j for j in joined if "@" not in j]
     numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
-    return list(dict.fromkeys([*find_handles(value), *numbers, *joined]))
+    handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
+    return [(h, handle_origins(index, h)) for h in handles]
+
+
+def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
+    """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
+    of the accounts (IBAN-shaped) the request or a result holds whose digits hold all of its: a
+    piece of an account (a note of the user's IBAN written in three parts) names no party of its
+    own."""
+    origins = index.trace(handle, shape_kind(handle))
+    if not _NUMERAL.fullmatch(handle):
+        return origins
+    digits = _digits(handle)
+    texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(seg.raw))]
+    held = [a for t in texts for a in find_handles(t) if "@" not in a and digits in a]
+    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, "account"))]
+
+
+_NUMERAL = re.compile(r"[\d\s()+./_-]+")
 
 
 def _digits(text: str) -> str:

@@ -339,9 +339,9 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does (so
         # does one this write makes with the run's earlier pieces in the same store).
-        for handle in party_handles(case.call, arg, text, self._rules_of):
+        for handle, origins in party_handles(index, case.call, arg, text, self._rules_of):
             _look_alike(arg, handle, out, shown)
-            handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
+            handle_classes = classes_of(index, origins)
             if not handle_classes & allowed:
                 shown.setdefault("handles", []).append(handle)
                 out.worse(

@@ -480,15 +480,16 @@ _NUMBER = re.compile(r"(?<![\w@.+/:-])\+?\(?\d(?:[ ./_-]?[()]?[ ]?\d)*(?![\w@+/-
 # A day written in figures, no more groups on either side (``01.23.45.67.89`` is a phone).
 _DATE = r"(?<![\d./-])(?:\d{4}([-./])\d{1,2}\1\d{1,2}|\d{1,2}([-./])\d{1,2}\2\d{2,4})(?![./-]?\d)"
 _DATED = re.compile(_DATE)
+_DAY = re.compile(r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])")  # 20240512
 _CENTS = re.compile(r"[.,]\d{1,2}")  # the fraction of a sum of money
-PARTY_DIGITS = 9  # the digits of a number that may name a party (a phone, an account), at least
+PARTY_DIGITS = 8  # the digits of a number that may name a party (a phone, an account), at least
 
 
 def find_numbers(text: str) -> list[str]:
     """Numbers in ``text`` that may name a party in a shape no other handle has (a phone, a
     bank account of digits: ``+44 7700 900123``, ``000.123.456.789``), as written (spaces
-    folded): nine digits or more set apart from words, found also with the dates beside them
-    left out (``2024-05-12 000123456789``); not a sum's cents (``12 500 000.00`` is an amount),
+    folded): eight digits or more set apart from words, found also with the dates beside them
+    left out (``2024-05-12 000123456789``); not a sum's cents (``1 250 000.00`` is an amount) nor a day,
     nor the digits of an account ``find_handles`` finds (judged as that account)."""
     out: list[str] = []
     for view in dict.fromkeys((text, displayed(text))):
@@ -499,13 +500,12 @@ def find_numbers(text: str) -> list[str]:
         accounts = [a for a in find_handles(view) if "@" not in a]
         for number in found:
             whole, dot, cents = number.rpartition(".")
-            raw = " ".join(
-                (
-                    whole if dot and number.count(".") == 1 and _CENTS.fullmatch(dot + cents) else number
-                ).split()
-            )
+            sum_of_money = dot and number.count(".") == 1 and _CENTS.fullmatch(dot + cents)
+            raw = " ".join((whole if sum_of_money else number).split())
             digits = "".join(c for c in raw if c.isdigit())
-            if len(digits) >= PARTY_DIGITS and raw not in out and not any(digits in a for a in accounts):
+            if len(digits) < PARTY_DIGITS or raw in out or _DAY.fullmatch(raw):
+                continue  # too short to name anyone, or a day (``20240512``)
+            if not any(digits in a for a in accounts):
                 out.append(raw)
     return out
 
