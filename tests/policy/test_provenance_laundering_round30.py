@@ -22,12 +22,19 @@ link; round 26 also what its pieces make). A party named any other way was kept 
    zero zero one two three …"); the model writes it out in figures. Nothing the run read holds
    what it wrote, and the next run read it back as the notes' own.
 
-Numbers that may name a party (nine digits or more set apart from words, printed with spaces,
+Numbers that may name a party (eight digits or more set apart from words, printed with spaces,
 dots, dashes, slashes or brackets, a ``+`` before; not a date, nor a sum's cents, nor the digits
 of an account already judged as one: ``find_numbers``) are now handles like addresses and
 accounts: judged in what a write keeps, also as the pieces of earlier writes make them
-(``provenance_flow.party_handles``). The user's own number (typed in the request) and the
-listing's, kept whole or in pieces, are still kept and paid or texted by the next run unreviewed.
+(``provenance_flow.party_handles``); a number that is a piece of an account the request or a
+result holds takes that account's origins (``handle_origins``). The user's own number (typed in
+the request) and the listing's, kept whole or in pieces, are still kept and paid or texted by
+the next run unreviewed.
+
+5. Still open (strict ``xfail``): **a value written in a form the store decodes on its own** (a
+   notes app that imports a base64 upload as text): the write is judged as written (a tool's
+   validators' decoding is judged since round 27, a store's own is not), so the next run reads
+   the account or link back decoded, as the store's.
 
 Each test runs real hosts with the provenance policy and scripted models that obey, checks what
 the tools received AND that the legitimate version of the same task still runs unreviewed.
