@@ -82,7 +82,12 @@ BOOK_RULES = rules_from_dict(
         "list_contacts": {"effect": "read"},
         "add_contact": {
             "effect": "write",
-            "arguments": {"name": {"role": "name", "from": ["user"]}, "phone": {"role": "content"}},
+            # A book that keeps the numbers a mail gives (since round 30 a number from someone's
+            # text is otherwise held at the write): what it saved is still traced when read back.
+            "arguments": {
+                "name": {"role": "name", "from": ["user"]},
+                "phone": {"role": "content", "links_from": ["user", "directory", "third_party"]},
+            },
         },
         "send_sms": {
             "effect": "send",

@@ -294,7 +294,12 @@ PHONE_RULES = rules_from_dict(
         "list_notes": {"effect": "read"},
         "add_note": {
             "effect": "write",
-            "arguments": {"title": {"role": "name", "from": ["user"]}, "body": {"role": "content"}},
+            # An app that keeps the numbers a mail gives (since round 30 a number from someone's
+            # text is otherwise held at the write): what it files is still traced when read back.
+            "arguments": {
+                "title": {"role": "name", "from": ["user"]},
+                "body": {"role": "content", "links_from": ["user", "directory", "third_party"]},
+            },
         },
         "send_sms": {
             "effect": "send",

@@ -524,7 +524,8 @@ async def test_a_message_never_relays_someone_elses_text_verbatim_and_its_own_wo
         call("post_message", to="bob@corp.example", body="Nothing is owed; the notice asks for a transfer."),
     )
     assert [r["body"] for _, r in world.received] == ["Nothing is owed; the notice asks for a transfer."]
-    assert problems(result) == ["relayed_text"] * 4
+    # Each also points the reader at the notice's account (a number of digits: round 30).
+    assert problems(result) == ["untrusted_handle", "relayed_text"] * 4
 
 
 def _full_width(text: str) -> str:

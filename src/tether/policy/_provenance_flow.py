@@ -7,17 +7,33 @@ written into a store in pieces is looked for in what those pieces make together
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_labels import Segment, split_values, trust_parts
+from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
-from tether.policy._provenance_values import Link, find_handles, find_links, link_key, public_suffix, unfold
+from tether.policy._provenance_values import (
+    Link,
+    find_handles,
+    find_links,
+    find_numbers,
+    link_key,
+    public_suffix,
+    unfold,
+)
 
-__all__ = ["confidential_flow", "contained_segments", "joined_handles", "joined_links", "sent_before"]
+__all__ = [
+    "confidential_flow",
+    "contained_segments",
+    "joined_handles",
+    "joined_links",
+    "party_handles",
+    "sent_before",
+]
 
 
 def sent_before(
@@ -174,6 +190,42 @@ def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], A
     return [a for a, r in theirs.arguments.items() if r.role == rule.role] or [argument]
 
 
+def party_handles(
+    index: ProvenanceIndex, call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+) -> list[tuple[str, list[Origin]]]:
+    """What in ``value`` (``argument`` of ``call``) points at a party, each with its origins
+    (``handle_origins``) to be judged: its addresses and accounts (``find_handles``), its long
+    numbers (``find_numbers``: a phone, an account of digits) but those that are digits of an
+    account the store makes with the run's earlier pieces, and what it makes with those pieces
+    (``joined_handles``)."""
+    joined = joined_handles(call, argument, value, rules_of)
+    accounts = [j for j in joined if "@" not in j]
+    numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
+    handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
+    return [(h, handle_origins(index, h)) for h in handles]
+
+
+def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
+    """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
+    of the accounts (IBAN-shaped) the request or a result holds whose digits hold all of its: a
+    piece of an account (a note of the user's IBAN written in three parts) names no party of its
+    own."""
+    origins = index.trace(handle, shape_kind(handle))
+    if not _NUMERAL.fullmatch(handle):
+        return origins
+    digits = _digits(handle)
+    texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(seg.raw))]
+    held = [a for t in texts for a in find_handles(t) if "@" not in a and digits in a]
+    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, "account"))]
+
+
+_NUMERAL = re.compile(r"[\d\s()+./_-]+")
+
+
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
+
+
 def joined_handles(
     call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
 ) -> list[str]:
@@ -189,13 +241,22 @@ def joined_handles(
         return []
     alone = {h for piece in (*kept, value) for h in find_handles(piece)}
     alone |= {h.partition("@")[2] for h in alone if "@" in h}
-    found: list[str] = []
+    numbers = {n for piece in (*kept, value) for n in find_numbers(piece)}
+    found: dict[str, str] = {}
     for glue in _GLUES:  # what the earlier pieces made together was judged with the last
-        before = set(find_handles(glue.join(kept)))
-        found += [h for h in find_handles(glue.join([*kept, value])) if h not in before]
-    # One a piece holds (or its address's domain), extended by what follows it (``…@gmail.com``
-    # + ``done``), is that one's.
-    return [h for h in dict.fromkeys(found) if not any(a in h or h in a for a in alone)]
+        text, joined = glue.join(kept), glue.join([*kept, value])
+        before = set(find_handles(text)) | {_digits(n) for n in find_numbers(text)}
+        # One a piece holds (or its address's domain), extended by what follows it
+        # (``…@gmail.com`` + ``done``), is that one's.
+        for h in find_handles(joined):
+            if h not in before and not any(a in h or h in a for a in alone):
+                found.setdefault(h, h)
+        # A number is a piece's only where the piece holds it (more digits make another), and
+        # one whatever the store glued its pieces with: judged once, as first found.
+        for n in find_numbers(joined):
+            if _digits(n) not in before and not any(n in m for m in numbers):
+                found.setdefault(_digits(n), n)
+    return list(found.values())
 
 
 _GLUES = ("", " ", "\n")  # how a store may join what it is given

@@ -33,7 +33,7 @@ from tether.policy._provenance_declarations import (
     declared_rules,
     rules_from_dict,
 )
-from tether.policy._provenance_flow import confidential_flow, joined_handles, joined_links, sent_before
+from tether.policy._provenance_flow import confidential_flow, joined_links, party_handles, sent_before
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -58,7 +58,7 @@ from tether.policy._provenance_paid import (
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
 from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for
-from tether.policy._provenance_values import find_handles, find_links, unfold
+from tether.policy._provenance_values import find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
 
@@ -340,9 +340,9 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does (so
         # does one this write makes with the run's earlier pieces in the same store).
-        for handle in [*find_handles(text), *joined_handles(case.call, arg, text, self._rules_of)]:
+        for handle, origins in party_handles(index, case.call, arg, text, self._rules_of):
             _look_alike(arg, handle, out, shown)
-            handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
+            handle_classes = classes_of(index, origins)
             if not handle_classes & allowed:
                 shown.setdefault("handles", []).append(handle)
                 out.worse(

@@ -9,7 +9,8 @@ path), a handle (an address, an account) by its unfolded value.
   top-level domain, Unicode host names included; each link carries the host *as
   registered* (IDNA/punycode), which is what a reviewer is shown.
 * **Handles** are the other pointers to a party a text can carry: e-mail addresses and
-  account numbers (IBAN-shaped), found on the same unfolded text.
+  account numbers (IBAN-shaped), found on the same unfolded text; and numbers long enough to
+  name a party in any other shape (a phone, a bank account of digits: ``find_numbers``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "displayed",
     "find_handles",
     "find_links",
+    "find_numbers",
     "fold",
     "link_key",
     "unescaped",
@@ -468,6 +470,43 @@ def find_handles(text: str) -> list[str]:
             if len(account) >= 14 and account not in out:
                 out.append(account)
         out.extend(a for a in _spread_accounts(folded) if a not in out)
+    return out
+
+
+# A number set apart from words as a reader takes one whole (``contains_whole``): digits, one
+# space, dot, dash, slash or bracket between them as a phone or an account is printed, a "+"
+# before; not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
+_NUMBER = re.compile(r"(?<![\w@.+/:-])\+?\(?\d(?:[ ./_-]?[()]?[ ]?\d)*(?![\w@+/-])")
+# A day written in figures, no more groups on either side (``01.23.45.67.89`` is a phone).
+_DATE = r"(?<![\d./-])(?:\d{4}([-./])\d{1,2}\1\d{1,2}|\d{1,2}([-./])\d{1,2}\2\d{2,4})(?![./-]?\d)"
+_DATED = re.compile(_DATE)
+_DAY = re.compile(r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])")  # 20240512
+_CENTS = re.compile(r"[.,]\d{1,2}")  # the fraction of a sum of money
+PARTY_DIGITS = 8  # the digits of a number that may name a party (a phone, an account), at least
+
+
+def find_numbers(text: str) -> list[str]:
+    """Numbers in ``text`` that may name a party in a shape no other handle has (a phone, a
+    bank account of digits: ``+44 7700 900123``, ``000.123.456.789``), as written (spaces
+    folded): eight digits or more set apart from words, found also with the dates beside them
+    left out (``2024-05-12 000123456789``); not a sum's cents (``1 250 000.00`` is an amount) nor a day,
+    nor the digits of an account ``find_handles`` finds (judged as that account)."""
+    out: list[str] = []
+    for view in dict.fromkeys((text, displayed(text))):
+        unfolded = unfold(view, fold_case=False)
+        undated = _DATED.sub(lambda m: " " * len(m.group(0)), unfolded)
+        found = [m.group(0) for m in _NUMBER.finditer(unfolded) if not _DATED.search(m.group(0))]
+        found += [m.group(0) for m in _NUMBER.finditer(undated)]
+        accounts = [a for a in find_handles(view) if "@" not in a]
+        for number in found:
+            whole, dot, cents = number.rpartition(".")
+            sum_of_money = dot and number.count(".") == 1 and _CENTS.fullmatch(dot + cents)
+            raw = " ".join((whole if sum_of_money else number).split())
+            digits = "".join(c for c in raw if c.isdigit())
+            if len(digits) < PARTY_DIGITS or raw in out or _DAY.fullmatch(raw):
+                continue  # too short to name anyone, or a day (``20240512``)
+            if not any(digits in a for a in accounts):
+                out.append(raw)
     return out
 
 
