@@ -334,6 +334,22 @@ def test_a_value_the_run_wrote_keeps_its_provenance_when_read_back() -> None:
     )
 
 
+def test_a_word_written_after_stored_labels_makes_no_new_link_but_a_scheme_completed_does() -> None:
+    # Found by the property above: the attacker's account and address kept as "label:" notes,
+    # then the user's own "done" glued on read as the URI "us13…:mark.black-…@gmail.com:done",
+    # a link no piece held, and the user's note went to a reviewer. A word after a URI's last
+    # colon is a run-on word, like one after a scheme's colon.
+    run = Run()
+    run.observe("read_inbox", [{"id": "7", "sender": "news@shop.example", "body": INJECTION}])
+    run.ran("write_note", {"title": "Quarterly Review", "body": f"{ATTACKER['account']}:"})
+    run.ran("write_note", {"title": "Quarterly Review", "body": f"{ATTACKER['mailbox']}:"})
+    assert verdict(run, "write_note", {"title": "Quarterly Review", "body": "done"}) == "allow"
+    # A scheme completed by the next piece is still a link no piece held.
+    run.ran("write_note", {"title": "Quarterly Review", "body": "javascript"})
+    attack = {"title": "Quarterly Review", "body": ":fetch(document.cookie)"}
+    assert verdict(run, "write_note", attack) != "allow"
+
+
 def test_a_restricted_argument_with_nothing_to_judge_fails_closed() -> None:
     run = Run()
     assert verdict(run, "send_email", {"recipients": [None, True], "subject": "Q", "body": "x"}) != "allow"

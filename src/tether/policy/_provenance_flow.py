@@ -290,7 +290,7 @@ def joined_links(
 def _run_on(link: Link, before: str, joined: str) -> bool:
     """Whether ``link`` is one sentence's or label's last word and the next one's first, run
     together where a piece ends (``the sea.`` + ``Rooms are big``, ``Deposit paid:`` + ``done``,
-    ``200.`` + ``Breakfast``): its last label (a URI: what follows its scheme) opens at or before
+    ``200.`` + ``Breakfast``): its last label (a URI: what follows its last colon) opens at or before
     where the new piece begins, is no domain suffix, and ends the link (no path, no port)."""
     folded = _bare(joined)
     at = min(len(_bare(before)), len(folded) - len(_bare(joined[len(before) :])))
@@ -305,8 +305,8 @@ def _run_on(link: Link, before: str, joined: str) -> bool:
         last = host.rpartition(".")[2]
         opens = start + len(raw.rstrip(".")) - len(last)
     else:
-        scheme, _, last = raw.partition(":")
-        opens = start + len(scheme) + 1
+        last = raw.rpartition(":")[2]  # the word after the URI's last colon ("scheme:…:done")
+        opens = start + len(raw) - len(last)
         if not last.isalpha():
             return False
     return opens <= at and not public_suffix([last.casefold()])
