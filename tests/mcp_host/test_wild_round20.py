@@ -34,7 +34,7 @@ import pytest
 
 from published_installs import once
 from tether.core.stop import StopReason
-from tether.errors import DependencyUnavailable
+from tether.errors import ConfigError, DependencyUnavailable
 from tether.mcp._failures import STREAM_CHECK_S
 from tether.mcp._startup import serves_legacy_sse
 from tether.mcphost._runner import run_question
@@ -170,6 +170,15 @@ async def test_only_an_event_stream_opening_with_an_endpoint_event_is_the_older_
     assert await serves_legacy_sse(f"http://127.0.0.1:{port}/sse") is False
 
 
+def test_a_config_of_the_sse_transport_says_what_to_configure_instead(tmp_path: Path) -> None:
+    """Another client's entry for the older transport (``type: sse``) is refused saying what works:
+    the server's Streamable HTTP endpoint, or its stdio form."""
+    with pytest.raises(ConfigError) as caught:
+        write_config(tmp_path, [{"name": "s", "type": "sse", "url": "http://127.0.0.1:1/sse"}])
+    assert "SSE transport (2024-11-05)" in str(caught.value)
+    assert "`/mcp`" in str(caught.value) and "`command`" in str(caught.value)
+
+
 @pytest.fixture(scope="module")
 def everything(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``@modelcontextprotocol/server-everything``, installed once per session."""
@@ -189,10 +198,11 @@ async def test_the_reference_servers_sse_mode_is_named_with_what_to_configure(
     port = sock.getsockname()[1]
     sock.close()
     env = {**os.environ, "PORT": str(port)}
-    proc = subprocess.Popen(["node", str(everything), "sse"], env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    # It says on stderr when it listens.
+    proc = subprocess.Popen(["node", str(everything), "sse"], env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
     try:
-        for line in proc.stdout:
+        for line in proc.stderr:
             if "running on port" in line:
                 break
         else:
@@ -204,4 +214,4 @@ async def test_the_reference_servers_sse_mode_is_named_with_what_to_configure(
     finally:
         proc.kill()
         proc.wait(timeout=10)
-        proc.stdout.close()
+        proc.stderr.close()
