@@ -5,6 +5,7 @@ again on resume waits on the same task."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,12 +18,14 @@ from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import (
+    STREAM_CHECK_S,
     Unavailable,
     classify,
     is_modern,
     leaf,
     session_gone,
     session_refused,
+    stream_ended,
     transport_failure,
 )
 from tether.mcp._results import checked_output, convert_result, invalid_output
@@ -292,9 +295,43 @@ async def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err
     if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
         return invalid_output(source.name, spec, str(err), source.emit)
     if transport_failure(err):
+        if source.url is not None and stream_ended(err) and await _still_there(source, conn):
+            source.emit(
+                EventKind.MCP_CONNECTION,
+                server=source.name,
+                action="stream_ended",
+                tool=spec.name,
+                cause=describe_error(err),
+            )
+            raise UpstreamError(
+                f"server {source.name} ended its answer to {spec.name} without the answer (the "
+                f"call's event stream closed; the session still answers): whether {spec.name} "
+                "took effect is unknown"
+            ) from None
         what = f"MCP server {source.name} went away during {spec.name}"
         raise await _lost(source, conn, err, "during the call", what) from None
     raise classify(source.name, err) from None
+
+
+async def _still_there(source: McpServerSource, conn: Connection) -> bool:
+    """Whether the session answers a ping within ``STREAM_CHECK_S`` (a call's event stream ended
+    without its answer: a live server closing that stream early, or a server gone). A 2026-07-28
+    server keeps no session to lose: a server gone fails the next request on its own."""
+    if is_modern(source.protocol_version):
+        return True
+
+    async def ping(client: Any) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (deprecated as of 2026-07-28; this session is older)
+            await client.send_ping()
+
+    with anyio.move_on_after(STREAM_CHECK_S):
+        try:
+            await conn.run(ping)
+        except Exception:
+            return False
+        return True
+    return False
 
 
 async def run_as_task(

@@ -117,7 +117,11 @@ class ServerConfig(_Strict):
         data = _renamed(data, "type", "transport")
         kind = data.get("transport")
         if kind in ("sse", "SSE"):
-            raise ValueError("the SSE transport (2024-11-05) is not supported: use Streamable HTTP (http)")
+            raise ValueError(
+                "the SSE transport (2024-11-05) is not supported: use Streamable HTTP (transport: "
+                "http, `url` at the server's Streamable HTTP endpoint, often `/mcp`; some servers "
+                "serve it only in another mode or with a flag), or the server's stdio form (`command`)"
+            )
         if kind is None and ("command" in data) != ("url" in data):
             data["transport"] = "stdio" if "command" in data else "http"
         elif isinstance(kind, str) and kind in _TRANSPORTS:

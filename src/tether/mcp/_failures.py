@@ -32,6 +32,7 @@ __all__ = [
     "leaf",
     "session_gone",
     "session_refused",
+    "stream_ended",
     "transport_failure",
 ]
 
@@ -46,6 +47,15 @@ _SDK_CLOSED = re.compile(
     r"attempts were exhausted)",
     re.DOTALL,
 )
+# Of those, what the SDK says when one request's event stream ended (or broke) without its answer:
+# a server dying mid-call leaves it, and so does a live server (or a proxy before it) closing that
+# one stream early; only asking the session tells them apart (``STREAM_CHECK_S``).
+_STREAM_ENDED = re.compile(
+    r"SSE stream (failed: .*|ended (without a response|and reconnection attempts were exhausted))",
+    re.DOTALL,
+)
+# How long a session whose call's event stream ended without the answer is given to answer a ping.
+STREAM_CHECK_S = 5.0
 # What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
 # MCP code (a server sending it itself only names its own refusal).
 AUTH_REFUSED = -31401
@@ -97,6 +107,17 @@ def transport_failure(err: BaseException) -> bool:
         return True
     module = type(inner).__module__ or ""
     return module.startswith(("httpx", "httpcore", "h11")) or isinstance(err, BaseExceptionGroup)
+
+
+def stream_ended(err: BaseException | None) -> bool:
+    """Whether a request's event stream ended or broke without its answer (the SDK's words for it),
+    which leaves open whether the session is still there."""
+    inner = leaf(err)
+    return (
+        type(inner).__name__ == "MCPError"
+        and getattr(inner, "code", None) == _CONNECTION_CLOSED
+        and _STREAM_ENDED.fullmatch(str(inner)) is not None
+    )
 
 
 def session_gone(err: BaseException | None) -> bool:

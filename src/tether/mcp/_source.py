@@ -39,6 +39,7 @@ from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import Pins, ToolCheck
 from tether.mcp._shown import secret_values, shown_launch
+from tether.mcp._startup import start_setting
 from tether.mcp._tasks import TaskRelay
 from tether.tools._contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
@@ -294,14 +295,9 @@ class McpServerSource:
             short = why  # (the model may read it: the host's own refusals go to the person only)
             if refused:
                 short = "the host could not launch it as configured (the run's output says why)"
-            slow = f"raise connect_timeout_s for server {self.name} if it is slow to start" + (
-                " (a first `npx -y` or `uvx` run downloads its package: run it once beforehand)"
-                if self.command
-                else ""
-            )
-            detail = await self._failure_detail(
-                why, started=conn.answered, setting=slow if isinstance(err, TimeoutError) else None
-            )
+            timed_out, answered = isinstance(err, TimeoutError), conn.answered
+            setting = await start_setting(self, timed_out=timed_out, answered=answered)
+            detail = await self._failure_detail(why, started=answered, setting=setting)
             self._start_detail = detail or (why if short != why else None)
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn

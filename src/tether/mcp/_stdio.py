@@ -4,8 +4,9 @@ Newline-delimited JSON-RPC as the SDK's own, except: a flood of notifications is
 (``_flood``), an over-long line is discarded as it streams
 and answered as an error (as is non-JSON-RPC, and a line of more objects and arrays than the
 SDK is given, ``_bulk``), a line may start with a UTF-8 byte order mark or
-hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
-shutdown closes stdin, then terminates and kills the process group.
+hold a JSON-RPC batch (each of its messages read), an error naming no request (``"id": null``)
+answers the one request awaiting an answer (``_Waiting``), the server's exit ends the connection,
+and shutdown closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations
@@ -175,6 +176,45 @@ def _admitted(gate: NotificationGate, item: Any) -> bool:
     return gate.admit(getattr(message, "method", None), notification)
 
 
+class _Waiting:
+    """The host's requests the server has not answered yet. JSON-RPC has a server that cannot read
+    a request's id answer ``"id": null`` (a parse error, an invalid request): the SDK drops such an
+    error, and the request it answers waited out its timeout. While one request alone awaits an
+    answer, that error can only be its answer and is given to it; with several, it stays dropped."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def sent(self, message: Any) -> None:
+        method, ident = getattr(message, "method", None), getattr(message, "id", None)
+        if method is not None and ident is not None:
+            self.ids.add(str(ident))
+        elif method == "notifications/cancelled" and isinstance(params := message.params, dict):
+            self.ids.discard(str(params.get("requestId")))
+
+    def received(self, item: Any) -> Any:
+        """``item``, or for an error naming no request, that error for the one request waiting."""
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
+        message = getattr(item, "message", None)
+        if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            return item
+        if message.id is not None:
+            self.ids.discard(str(message.id))
+            return item
+        if not isinstance(message, types.JSONRPCError) or len(self.ids) != 1:
+            return item
+        (only,) = self.ids
+        said = message.error.message[:500]
+        error = types.ErrorData(
+            code=message.error.code,
+            message=f"the server could not read this request (its error names no request): {said}",
+        )
+        ident = int(only) if only.lstrip("-").isdigit() else only
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
+
+
 @asynccontextmanager
 async def _transport(
     process: anyio.abc.Process, max_line_bytes: int, gate: NotificationGate
@@ -184,6 +224,7 @@ async def _transport(
     read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
     stdout, stdin = process.stdout, process.stdin
+    waiting = _Waiting()
 
     async def reader() -> None:
         # A bytearray grows in place: a line of bytes joined chunk by chunk (64 KiB from a pipe)
@@ -216,7 +257,7 @@ async def _transport(
                                 continue
                             for item in _messages(line):
                                 if _admitted(gate, item):
-                                    await read_writer.send(item)
+                                    await read_writer.send(waiting.received(item))
                             continue
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
@@ -226,6 +267,7 @@ async def _transport(
         try:
             async with write_reader:
                 async for message in write_reader:
+                    waiting.sent(message.message)
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await stdin.send((data + "\n").encode("utf-8"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):

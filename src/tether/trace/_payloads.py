@@ -139,7 +139,9 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
     EventKind.MCP_CONNECTION: {
         "server": Required[str],
         # lost | restarting | new_session | http_error | quarantined | listening | relisted | unsent_dropped
+        # | stream_ended
         "action": Required[str],
+        "tool": str,  # stream_ended: the call whose answer's event stream ended without it
         "phase": str,
         "cause": str,
         "attempt": int,
