@@ -352,7 +352,7 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
             return sanitize(value)
         if value[:1] in JSON_OPENERS:
             value = redact_keyed_text(value, redactor)
-        return sanitize(redactor.text(value))
+        return sanitize(redactor.text(value) if redactor.has_secrets() else value)  # none: as is
     if kind is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         redact = redactor.text if redactor is not None and redactor.has_secrets() else None
