@@ -143,15 +143,12 @@ def _write_all(file: Any, data: bytes) -> None:
     file's lock (as ``_locked``, inline: one lock and one unlock per batch): another writer's sink
     never takes a line still being written for one a killed writer cut short."""
     view = memoryview(data)
-    fileno = getattr(file, "fileno", None)
-    fd = fileno() if fcntl is not None and fileno is not None else -1
-    if fd >= 0:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    fd = _lock(file)
     try:
         while view:
             view = view[file.write(view) :]
     finally:
-        if fd >= 0:
+        if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
 
