@@ -29,7 +29,7 @@ sequentially right after the concurrent burst, ``after_burst``, when every conne
 open), ``tether_no_message_cache`` (``cache_bytes=0``: every message encoded on every step),
 ``tether_no_item_memo`` (the context engine's per-session memo off: each request's token count
 and prefix meter encode every message again) and ``tether_each_event`` (the trace written line
-by line: no batching, so no flusher thread).
+by line, no batching: what batching saves).
 
 Per backend (``backends``): tether on each protocol's backend — ``openai-chat``,
 ``openai-responses``, ``anthropic`` — against that protocol's loopback server, as a ratio to a
