@@ -11,8 +11,11 @@ variants of what a tool receives that round 30's readers missed.
    attacker's link unjudged.
 2. **a schema's shape**: an ``allOf`` (a ``$ref`` with the keywords beside it, or an object
    built of two) and a discriminated ``oneOf`` (two object branches: none was taken) hid the
-   string's encoding. ``allOf`` branches are now merged, a union's member is told by its
-   ``const``/``enum`` properties, and a string's branch by its type.
+   string's encoding, and so did a recursive model (a reference inside its own expansion was
+   left unread: a reply in a thread) and a tuple's items (``prefixItems``). ``allOf`` branches
+   are now merged, a union's member is told by its ``const``/``enum`` properties, a string's
+   branch by its type, a recursive model unrolled as deep as a value nests, a tuple read by
+   position, a percent-encoded pointer (``#/%24defs/X``) decoded.
 3. **a schema that references one definition from many places** (a hostile server's): round
    30's ``inline_refs`` expanded every reference in place, a tree as large as the fan-out to the
    power of the depth: the gate hung and filled memory. Each target is now expanded once.
@@ -203,6 +206,41 @@ def test_an_encoding_behind_a_schemas_shape_is_judged_as_decoded(shape: str) -> 
         propose(CTX, envelope("Book at https://evil.example/deal."), tools=[spec], policy=policy)
     assert refused.value.reason == "evil_named"
     assert not propose(CTX, envelope(f"Book at {HOTEL_URL}."), tools=[spec], policy=policy).needs_approval
+
+
+THREAD = {
+    "type": "object",
+    "properties": {"raw": ENCODED, "replies": {"type": "array", "items": {"$ref": "#/%24defs/Thread"}}},
+}
+SHAPES_READ: dict[str, tuple[dict[str, Any], Any]] = {
+    # A recursive model (a thread of replies): its own reference was left unread inside itself.
+    "a reply deep in a thread": (
+        {"thread": {"$ref": "#/$defs/Thread"}},
+        lambda m: {"thread": _nested({"raw": b64(m)}, 6)},
+    ),
+    # A tuple's items (``tuple[str, Base64Str]``): ``prefixItems``, read as none.
+    "a tuple's item": (
+        {"pair": {"type": "array", "prefixItems": [{"type": "string"}, ENCODED], "items": False}},
+        lambda m: {"pair": ["note", b64(m)]},
+    ),
+}
+
+
+def _nested(reply: dict[str, Any], levels: int) -> dict[str, Any]:
+    for _ in range(levels):
+        reply = {"raw": b64("hello"), "replies": [reply]}
+    return reply
+
+
+@pytest.mark.parametrize("shape", list(SHAPES_READ))
+@pytest.mark.parametrize("link", [ATTACKER_URL, HOTEL_URL], ids=["attackers", "listings"])
+def test_an_encoding_a_recursive_or_tuple_schema_declares_is_read(shape: str, link: str) -> None:
+    properties, arguments = SHAPES_READ[shape]
+    parameters = {"type": "object", "properties": properties, "$defs": {**DEFS, "Thread": THREAD}}
+    given = arguments(f"Book at {link}.")
+    received = declared_received(parameters, given)
+    assert received is not None and f"Book at {link}." in json.dumps(received)
+    assert b64(f"Book at {link}.") not in json.dumps(received)
 
 
 def test_a_union_member_another_kind_names_is_not_decoded() -> None:

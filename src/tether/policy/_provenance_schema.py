@@ -18,28 +18,31 @@ import quopri
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = ["branch_of", "declared_received", "inline_refs"]
 
-_DEPTH = 32
+_DEPTH = 32  # a value's levels read (a call's value has at most 16 nested containers)
+_UNROLLED = 96  # a schema's levels inlined: a recursive model's own, to what a value can nest
+_BUDGET = 50_000  # schema nodes built for one schema, past which references are left as they are
 _CACHE: dict[int, tuple[Any, Any]] = {}
 _CACHED = 256
 
 
 def inline_refs(parameters: Any) -> Any:
     """``parameters`` with each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``, a pointer
-    into any nested ``$defs``) replaced by the schema it points to, the keywords beside it (a
-    default, a description) kept over the target's. A reference inside its own expansion (a
-    recursive model) is left as it is. Each target is expanded once and shared wherever it is
-    referenced (a hostile server's schema that references one definition from many places, many
-    levels deep, costs what it holds, not what it would print as a tree). Built once per schema
-    object."""
+    into any nested ``$defs``, percent-encoded or not) replaced by the schema it points to, the
+    keywords beside it (a default, a description) kept over the target's. A recursive model is
+    unrolled as deep as a call's value can nest. Each target is expanded once a level and shared
+    wherever it is referenced, and the whole is bounded (``_BUDGET``): a hostile server's schema
+    that references one definition from many places, many levels deep, costs what it holds, not
+    what it would print as a tree. Built once per schema object."""
     if not isinstance(parameters, Mapping):
         return parameters
     hit = _CACHE.get(id(parameters))
     if hit is not None and hit[0] is parameters:
         return hit[1]
-    out = _inline(parameters, _Refs(parameters), frozenset(), 0)
+    out = _inline(parameters, _Refs(parameters), 0)
     if len(_CACHE) >= _CACHED:
         _CACHE.clear()
     _CACHE[id(parameters)] = (parameters, out)
@@ -47,43 +50,41 @@ def inline_refs(parameters: Any) -> Any:
 
 
 class _Refs:
-    """The targets of one schema's references, each expanded once at each depth (where the
-    depth bound leaves it cut short, it is so only where it is met that deep)."""
+    """The targets of one schema's references, each expanded once at each level (where the
+    level bound leaves it cut short, it is so only where it is met that deep)."""
 
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
         self.done: dict[tuple[str, int], Any] = {}
+        self.built = 0
 
-    def target(self, ref: str, active: frozenset[str], depth: int) -> Any:
+    def target(self, ref: str, depth: int) -> Any:
         key = (ref, depth)
         if key not in self.done:
             pointed = _pointed(self.root, ref)
-            self.done[key] = (
-                _inline(pointed, self, active | {ref}, depth + 1) if isinstance(pointed, Mapping) else None
-            )
+            self.done[key] = _inline(pointed, self, depth + 1) if isinstance(pointed, Mapping) else None
         return self.done[key]
 
 
-def _inline(node: Any, refs: _Refs, active: frozenset[str], depth: int) -> Any:
-    if depth > _DEPTH:
+def _inline(node: Any, refs: _Refs, depth: int) -> Any:
+    if depth > _UNROLLED or refs.built > _BUDGET or not isinstance(node, list | Mapping):
         return node
+    refs.built += 1
     if isinstance(node, list):
-        return [_inline(item, refs, active, depth + 1) for item in node]
-    if not isinstance(node, Mapping):
-        return node
+        return [_inline(item, refs, depth + 1) for item in node]
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/") and ref not in active:
-        target = refs.target(ref, active, depth)
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = refs.target(ref, depth)
         if isinstance(target, Mapping):
-            rest = {k: _inline(v, refs, active, depth + 1) for k, v in node.items() if k != "$ref"}
+            rest = {k: _inline(v, refs, depth + 1) for k, v in node.items() if k != "$ref"}
             return {**target, **rest}
-    return {k: _inline(v, refs, active, depth + 1) for k, v in node.items()}
+    return {k: _inline(v, refs, depth + 1) for k, v in node.items()}
 
 
 def _pointed(root: Mapping[str, Any], ref: str) -> Any:
     target: Any = root
     for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
+        part = unquote(part).replace("~1", "/").replace("~0", "~")  # a URI fragment's pointer
         target = target.get(part) if isinstance(target, Mapping) else None
     return target
 
@@ -174,14 +175,24 @@ def _read(value: Any, schema: Any, depth: int) -> Any:
     if isinstance(value, str):
         return _string(value, schema, depth)
     if isinstance(value, list):
-        items = schema.get("items")
-        return [_read(item, items, depth + 1) for item in value]
+        return [_read(item, _item(schema, i), depth + 1) for i, item in enumerate(value)]
     if isinstance(value, Mapping):
         props = schema.get("properties")
         props = props if isinstance(props, Mapping) else {}
         extra = schema.get("additionalProperties")
         return {k: _read(v, props.get(k, extra), depth + 1) for k, v in value.items()}
     return value
+
+
+def _item(schema: Mapping[str, Any], index: int) -> Any:
+    """The schema of a list's item ``index``: a tuple's own (``prefixItems``; ``items`` as a list
+    in older drafts, ``additionalItems`` past it), else ``items``."""
+    prefix = schema.get("prefixItems")
+    older = schema.get("items")
+    for leading, rest in ((prefix, older), (older, schema.get("additionalItems"))):
+        if isinstance(leading, list):
+            return leading[index] if index < len(leading) else rest
+    return older
 
 
 def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-import functools
 import itertools
 import typing
 from collections.abc import Iterator, Mapping
@@ -124,14 +123,24 @@ def _dataclass(value: Any, depth: int) -> dict[str, Any]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
 def _field_infos(cls: type) -> dict[str, FieldInfo]:
     """What pydantic reads of a dataclass's fields (their aliases and defaults): a pydantic
     dataclass's own, a standard one's from its annotations (``Annotated[str, Field(alias=...)]``,
-    ``= Field(...)``). Empty where they cannot be read."""
+    ``= Field(...)``). Empty where they cannot be read. Read once per class."""
     own = getattr(cls, "__pydantic_fields__", None)
     if isinstance(own, dict):
-        return dict(own)
+        return own
+    if cls not in _INFOS:
+        if len(_INFOS) >= 256:
+            _INFOS.clear()
+        _INFOS[cls] = _annotated_infos(cls)
+    return _INFOS[cls]
+
+
+_INFOS: dict[type, dict[str, FieldInfo]] = {}
+
+
+def _annotated_infos(cls: type) -> dict[str, FieldInfo]:
     try:
         hints = typing.get_type_hints(cls, include_extras=True)
         return {
