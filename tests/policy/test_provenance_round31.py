@@ -7,8 +7,8 @@ variants of what a tool receives that round 30's readers missed.
    ``contentEncoding: BASE64``, the other encodings JSON Schema names (``base16``,
    ``quoted-printable``; ``base32`` too, read below), base64 with characters a lenient decoder
    skips (a ``*``, an ``=`` between groups: Python's ``b64decode`` and Node's ``Buffer`` read
-   on) and JSON by another media type (``text/json``, ``application/x-json``) each sent the
-   attacker's link unjudged.
+   on) and JSON by another media type (``text/json``, ``application/x-json``, JSON lines) each
+   sent the attacker's link unjudged.
 2. **a schema's shape**: an ``allOf`` (a ``$ref`` with the keywords beside it, or an object
    built of two) and a discriminated ``oneOf`` (two object branches: none was taken) hid the
    string's encoding, and so did a recursive model (a reference inside its own expansion was
@@ -130,6 +130,16 @@ def test_base32_is_read_as_the_server_decodes_it() -> None:
     for link in (ATTACKER_URL, HOTEL_URL):
         encoded = base64.b32encode(f"Book at {link}.".encode()).decode().rstrip("=").lower()
         assert declared_received(parameters, {"raw": encoded}) == {"raw": f"Book at {link}."}
+
+
+@pytest.mark.parametrize("media", ["application/x-ndjson", "application/jsonl", "application/json-seq"])
+def test_json_lines_are_read_as_the_server_parses_them(media: str) -> None:
+    # A value a line, its characters escaped: the link is only in what each line parses to.
+    parameters = {"type": "object", "properties": {"raw": {"type": "string", "contentMediaType": media}}}
+    for link in (ATTACKER_URL, HOTEL_URL):
+        lines = f'\x1e{{"to": "{FRIEND_MAIL}"}}\n{{"body": "{_escaped(link)}"}}\n'
+        received = declared_received(parameters, {"raw": lines})
+        assert received == {"raw": [{"to": FRIEND_MAIL}, {"body": link}]}
 
 
 # -- 2. a schema's shape -----------------------------------------------------------------------------

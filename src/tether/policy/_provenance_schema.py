@@ -155,6 +155,9 @@ _BASE64_FORMATS = frozenset({"base64", "base64url", "byte"})  # JSON Schema, pyd
 # A JSON media type, by any name a server gives it (``application/json; charset=utf-8``,
 # ``application/vnd.api+json``, ``application/x-json``, ``text/json``).
 _MEDIA_JSON = re.compile(r"(?:application|text)/(?:[\w.-]+[+-])?json\s*(?:;.*)?", re.IGNORECASE | re.DOTALL)
+_MEDIA_LINES = re.compile(
+    r"(?:application|text)/(?:x-)?(?:ndjson|jsonl|jsonlines|json-seq)\s*(?:;.*)?", re.IGNORECASE | re.DOTALL
+)
 
 
 def declared_received(parameters: Any, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -201,13 +204,23 @@ def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
     if encoding is not None:
         text = _decoded(value, encoding)
     media = schema.get("contentMediaType")
-    if isinstance(media, str) and _MEDIA_JSON.fullmatch(media.strip()) and isinstance(text, str):
+    media = media.strip() if isinstance(media, str) and isinstance(text, str) else ""
+    if _MEDIA_JSON.fullmatch(media):
         try:
             parsed = json.loads(text)
         except ValueError:
             return text
         return _read(parsed, schema.get("contentSchema"), depth + 1)
+    if _MEDIA_LINES.fullmatch(media):  # a JSON value a line (or a record separator)
+        return [_line(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
     return text
+
+
+def _line(line: str, schema: Mapping[str, Any], depth: int) -> Any:
+    try:
+        return _read(json.loads(line), schema.get("contentSchema"), depth + 1)
+    except ValueError:
+        return line
 
 
 def _encoding(schema: Mapping[str, Any]) -> str | None:
