@@ -228,6 +228,11 @@ SHAPES_READ: dict[str, tuple[dict[str, Any], Any]] = {
         {"thread": {"$ref": "#/$defs/Thread"}},
         lambda m: {"thread": _nested({"raw": b64(m)}, 6)},
     ),
+    # An object composed of composed parts.
+    "an allOf inside an allOf": (
+        {"mail": {"allOf": [{"allOf": [{"$ref": "#/$defs/Envelope"}, {"properties": {"raw": ENCODED}}]}]}},
+        lambda m: {"mail": {"to": FRIEND_MAIL, "raw": b64(m)}},
+    ),
     # A tuple's items (``tuple[str, Base64Str]``): ``prefixItems``, read as none.
     "a tuple's item": (
         {"pair": {"type": "array", "prefixItems": [{"type": "string"}, ENCODED], "items": False}},

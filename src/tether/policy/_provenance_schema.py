@@ -112,16 +112,28 @@ def branch_of(schema: Any, value: Any) -> Any:
     return schema
 
 
+_MERGES = 64  # schemas an allOf merges, its branches' own allOf's included
+
+
 def _merged(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``allOf`` schema as one: its branches' keywords and properties together."""
-    out: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    """An ``allOf`` schema as one: its branches' keywords and properties (those of an ``allOf``
+    inside a branch too) together, a schema's own over its branches'."""
+    out: dict[str, Any] = {}
     properties: dict[str, Any] = {}
-    for branch in [*schema["allOf"], out]:
-        if isinstance(branch, Mapping):
-            props = branch.get("properties")
-            properties.update(props if isinstance(props, Mapping) else {})
-            out = {**out, **{k: v for k, v in branch.items() if k != "properties"}}
+    _merge(schema, out, properties, [_MERGES])
     return {**out, "properties": properties} if properties else out
+
+
+def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int]) -> None:
+    if not isinstance(schema, Mapping) or left[0] <= 0:
+        return
+    left[0] -= 1
+    branches = schema.get("allOf")
+    for branch in branches if isinstance(branches, list) else []:
+        _merge(branch, out, properties, left)
+    props = schema.get("properties")
+    properties.update(props if isinstance(props, Mapping) else {})
+    out.update({k: v for k, v in schema.items() if k not in ("properties", "allOf")})
 
 
 def _fits(schema: Any, value: Any) -> bool:
