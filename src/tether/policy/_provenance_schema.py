@@ -12,85 +12,164 @@ keys are declared and which are data), so it reads the schema with its reference
 from __future__ import annotations
 
 import base64
+import codecs
 import json
+import quopri
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 __all__ = ["branch_of", "declared_received", "inline_refs"]
 
-_DEPTH = 32
+_DEPTH = 32  # a value's levels read (a call's value has at most 16 nested containers)
+_UNROLLED = 96  # a schema's levels inlined: a recursive model's own, to what a value can nest
+_BUDGET = 50_000  # schema nodes built for one schema, past which references are left as they are
 _CACHE: dict[int, tuple[Any, Any]] = {}
 _CACHED = 256
 
 
 def inline_refs(parameters: Any) -> Any:
-    """``parameters`` with each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``) replaced by the
-    schema it points to, the keywords beside it (a default, a description) kept over the target's.
-    A reference inside its own expansion (a recursive model) is left as it is. Built once per
-    schema object."""
+    """``parameters`` with each local ``$ref`` (``#/$defs/X``, ``#/definitions/X``, a pointer
+    into any nested ``$defs``, percent-encoded or not) replaced by the schema it points to, the
+    keywords beside it (a default, a description) kept over the target's. A recursive model is
+    unrolled as deep as a call's value can nest. Each target is expanded once a level and shared
+    wherever it is referenced, and the whole is bounded (``_BUDGET``): a hostile server's schema
+    that references one definition from many places, many levels deep, costs what it holds, not
+    what it would print as a tree. Built once per schema object."""
     if not isinstance(parameters, Mapping):
         return parameters
     hit = _CACHE.get(id(parameters))
     if hit is not None and hit[0] is parameters:
         return hit[1]
-    out = _inline(parameters, parameters, (), 0)
+    out = _inline(parameters, _Refs(parameters), 0)
     if len(_CACHE) >= _CACHED:
         _CACHE.clear()
     _CACHE[id(parameters)] = (parameters, out)
     return out
 
 
-def _inline(node: Any, root: Mapping[str, Any], seen: tuple[str, ...], depth: int) -> Any:
-    if depth > _DEPTH:
+class _Refs:
+    """The targets of one schema's references, each expanded once at each level (where the
+    level bound leaves it cut short, it is so only where it is met that deep)."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.root = root
+        self.done: dict[tuple[str, int], Any] = {}
+        self.built = 0
+
+    def target(self, ref: str, depth: int) -> Any:
+        key = (ref, depth)
+        if key not in self.done:
+            pointed = _pointed(self.root, ref)
+            self.done[key] = _inline(pointed, self, depth + 1) if isinstance(pointed, Mapping) else None
+        return self.done[key]
+
+
+def _inline(node: Any, refs: _Refs, depth: int) -> Any:
+    if depth > _UNROLLED or refs.built > _BUDGET or not isinstance(node, list | Mapping):
         return node
+    refs.built += 1
     if isinstance(node, list):
-        return [_inline(item, root, seen, depth + 1) for item in node]
-    if not isinstance(node, Mapping):
-        return node
+        return [_inline(item, refs, depth + 1) for item in node]
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/") and ref not in seen:
-        target = _pointed(root, ref)
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = refs.target(ref, depth)
         if isinstance(target, Mapping):
-            rest = {k: v for k, v in node.items() if k != "$ref"}
-            return _inline({**target, **rest}, root, (*seen, ref), depth + 1)
-    return {k: _inline(v, root, seen, depth + 1) for k, v in node.items()}
+            rest = {k: _inline(v, refs, depth + 1) for k, v in node.items() if k != "$ref"}
+            return {**target, **rest}
+    return {k: _inline(v, refs, depth + 1) for k, v in node.items()}
 
 
 def _pointed(root: Mapping[str, Any], ref: str) -> Any:
     target: Any = root
     for part in ref[2:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
+        part = unquote(part).replace("~1", "/").replace("~0", "~")  # a URI fragment's pointer
         target = target.get(part) if isinstance(target, Mapping) else None
     return target
 
 
 def branch_of(schema: Any, value: Any) -> Any:
-    """``schema``, or where it is an ``anyOf``/``oneOf``/``allOf`` with one branch for ``value``'s
-    kind (properties for a mapping, items for a list), that branch with the keywords beside it:
-    the schema a validator applies to the value (an optional object's object)."""
+    """``schema`` as a validator applies it to ``value``: an ``allOf``'s branches merged (each
+    applies), then, of an ``anyOf``/``oneOf``, the one branch for ``value``'s kind (properties
+    for a mapping, items for a list, a string's for a string) whose ``const``/``enum`` properties
+    the value meets (a discriminated union's member), with the keywords beside it (an optional
+    object's object). Of several strings' branches, one that says it decodes the string is taken
+    (``declared_received`` judges what it would decode; the string as given is judged too)."""
     if not isinstance(schema, Mapping):
         return schema
-    for key in ("anyOf", "oneOf", "allOf"):
+    if isinstance(schema.get("allOf"), list):
+        schema = _merged(schema)
+    for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if not isinstance(branches, list):
             continue
         fit = [b for b in branches if _fits(b, value)]
+        if len(fit) > 1 and isinstance(value, str):
+            fit = [b for b in fit if _decodes(b)][:1]
         if len(fit) == 1:
-            return {**fit[0], **{k: v for k, v in schema.items() if k != key}}
+            return branch_of({**fit[0], **{k: v for k, v in schema.items() if k != key}}, value)
     return schema
+
+
+_MERGES = 64  # schemas an allOf merges, its branches' own allOf's included
+
+
+def _merged(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``allOf`` schema as one: its branches' keywords and properties (those of an ``allOf``
+    inside a branch too) together, a schema's own over its branches'."""
+    out: dict[str, Any] = {}
+    properties: dict[str, Any] = {}
+    _merge(schema, out, properties, [_MERGES])
+    return {**out, "properties": properties} if properties else out
+
+
+def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int]) -> None:
+    if not isinstance(schema, Mapping) or left[0] <= 0:
+        return
+    left[0] -= 1
+    branches = schema.get("allOf")
+    for branch in branches if isinstance(branches, list) else []:
+        _merge(branch, out, properties, left)
+    props = schema.get("properties")
+    properties.update(props if isinstance(props, Mapping) else {})
+    out.update({k: v for k, v in schema.items() if k not in ("properties", "allOf")})
 
 
 def _fits(schema: Any, value: Any) -> bool:
     if not isinstance(schema, Mapping):
         return False
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else []
     if isinstance(value, list | tuple):
-        return "items" in schema
-    return isinstance(value, Mapping) and "properties" in schema
+        return "items" in schema or "array" in kinds
+    if isinstance(value, str):
+        return "string" in kinds or (not kinds and _decodes(schema))
+    if not isinstance(value, Mapping) or not ("properties" in schema or "object" in kinds):
+        return False
+    props = schema.get("properties")
+    for key, sub in (props if isinstance(props, Mapping) else {}).items():
+        if key in value and isinstance(sub, Mapping):
+            if "const" in sub and value[key] != sub["const"]:
+                return False
+            if isinstance(sub.get("enum"), list) and value[key] not in sub["enum"]:
+                return False
+    return True
+
+
+def _decodes(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and (
+        _encoding(schema) is not None or isinstance(schema.get("contentMediaType"), str)
+    )
 
 
 _BASE64_FORMATS = frozenset({"base64", "base64url", "byte"})  # JSON Schema, pydantic, OpenAPI
-_MEDIA_JSON = re.compile(r"application/(?:[\w.-]+\+)?json\s*(?:;.*)?", re.IGNORECASE)
+# A JSON media type, by any name a server gives it (``application/json; charset=utf-8``,
+# ``application/vnd.api+json``, ``application/x-json``, ``text/json``).
+_MEDIA_JSON = re.compile(r"(?:application|text)/(?:[\w.-]+[+-])?json\s*(?:;.*)?", re.IGNORECASE | re.DOTALL)
+_MEDIA_LINES = re.compile(
+    r"(?:application|text)/(?:x-)?(?:ndjson|jsonl|jsonlines|json-seq)\s*(?:;.*)?", re.IGNORECASE | re.DOTALL
+)
 
 
 def declared_received(parameters: Any, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -111,8 +190,7 @@ def _read(value: Any, schema: Any, depth: int) -> Any:
     if isinstance(value, str):
         return _string(value, schema, depth)
     if isinstance(value, list):
-        items = schema.get("items")
-        return [_read(item, items, depth + 1) for item in value]
+        return [_read(item, _item(schema, i), depth + 1) for i, item in enumerate(value)]
     if isinstance(value, Mapping):
         props = schema.get("properties")
         props = props if isinstance(props, Mapping) else {}
@@ -121,30 +199,105 @@ def _read(value: Any, schema: Any, depth: int) -> Any:
     return value
 
 
+def _item(schema: Mapping[str, Any], index: int) -> Any:
+    """The schema of a list's item ``index``: a tuple's own (``prefixItems``; ``items`` as a list
+    in older drafts, ``additionalItems`` past it), else ``items``."""
+    prefix = schema.get("prefixItems")
+    older = schema.get("items")
+    for leading, rest in ((prefix, older), (older, schema.get("additionalItems"))):
+        if isinstance(leading, list):
+            return leading[index] if index < len(leading) else rest
+    return older
+
+
 def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
     text: Any = value
-    if schema.get("contentEncoding") in ("base64", "base64url") or schema.get("format") in _BASE64_FORMATS:
-        text = _unbase64(value)
+    encoding = _encoding(schema)
+    if encoding is not None:
+        text = _decoded(value, encoding)
     media = schema.get("contentMediaType")
-    if isinstance(media, str) and _MEDIA_JSON.fullmatch(media.strip()) and isinstance(text, str):
+    media = media.strip() if isinstance(media, str) and isinstance(text, str) else ""
+    if _MEDIA_JSON.fullmatch(media):
         try:
             parsed = json.loads(text)
         except ValueError:
             return text
         return _read(parsed, schema.get("contentSchema"), depth + 1)
+    if _MEDIA_LINES.fullmatch(media):  # a JSON value a line (or a record separator)
+        return [_line(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
     return text
 
 
-def _unbase64(value: str) -> str:
-    """``value`` decoded from base64 (either alphabet, padding optional) as UTF-8 text; as it is
-    where it is no base64 (the server refuses it, and nothing is sent)."""
-    bare = "".join(value.split())
+def _line(line: str, schema: Mapping[str, Any], depth: int) -> Any:
     try:
-        raw = base64.b64decode(
-            bare + "=" * (-len(bare) % 4),
-            altchars=b"-_" if "-" in bare or "_" in bare else None,
-            validate=True,
-        )
+        return _read(json.loads(line), schema.get("contentSchema"), depth + 1)
     except ValueError:
+        return line
+
+
+def _encoding(schema: Mapping[str, Any]) -> str | None:
+    """The encoding ``schema`` says its string is in (names are case-insensitive, as in MIME)."""
+    declared = schema.get("contentEncoding")
+    if isinstance(declared, str) and declared.strip().lower() in _DECODERS:
+        return declared.strip().lower()
+    shape = schema.get("format")
+    return "base64" if isinstance(shape, str) and shape.strip().lower() in _BASE64_FORMATS else None
+
+
+def _decoded(value: str, encoding: str) -> str:
+    """``value`` decoded from ``encoding`` as text; as it is where it holds nothing so encoded."""
+    try:
+        raw = _DECODERS[encoding](value)
+    except (ValueError, TypeError):
         return value
-    return raw.decode("utf-8", "replace")
+    return _text(raw)
+
+
+def _unbase64(value: str) -> bytes:
+    """``value`` decoded from base64 as a lenient decoder reads it (Python's ``b64decode``,
+    Node's ``Buffer``): either alphabet, mixed too, padding optional, every other character
+    (whitespace, a stray ``*``, an ``=`` between whole groups) skipped, up to the padding that
+    ends a group. A stricter decoder reads a prefix of that, or refuses it."""
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except ValueError:
+        pass
+    kept: list[str] = []
+    for char in value.replace("-", "+").replace("_", "/"):
+        if char == "=" and len(kept) % 4 >= 2:
+            break  # padding that ends a group ends the data
+        if char in _BASE64_ALPHABET:
+            kept.append(char)
+    bare = "".join(kept)  # one character past whole groups: no base64 (refused, nothing sent)
+    return base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
+
+
+def _text(raw: bytes) -> str:
+    """Decoded bytes as the text they hold, as UTF-8; where a byte-order mark says UTF-16 or -32,
+    that reading after it, for a reader may take either."""
+    text = raw.decode("utf-8", "replace")
+    for mark, codec in _MARKS:
+        if raw.startswith(mark):
+            return f"{text}\n{raw.decode(codec, 'replace')}"
+    return text
+
+
+_MARKS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_DECODERS: dict[str, Callable[[str], bytes]] = {
+    "base64": _unbase64,
+    "base64url": _unbase64,
+    "base32": lambda v: base64.b32decode(_bare(v).upper() + "=" * (-len(_bare(v)) % 8)),
+    "base16": lambda v: base64.b16decode(_bare(v).upper()),
+    "hex": lambda v: base64.b16decode(_bare(v).upper()),
+    "quoted-printable": lambda v: quopri.decodestring(v.encode("utf-8")),
+}
+
+
+def _bare(value: str) -> str:
+    return "".join(value.split()).rstrip("=")

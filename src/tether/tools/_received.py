@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
-from collections.abc import Mapping
+import itertools
+import typing
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
@@ -54,7 +56,25 @@ def as_data(value: Any, depth: int = 0) -> Any:
         return [as_data(v, depth + 1) for v in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
+    if isinstance(value, Iterator):
+        return _items(value, depth)
     return _text(value)
+
+
+_ITEMS = 10_000
+
+
+def _items(values: Iterator[Any], depth: int) -> list[Any]:
+    """An iterator's items (``Iterable[...]`` gives the function pydantic's lazy iterator over
+    the list the call sent, each item validated as it is drawn): the items the function will
+    draw, read from this copy, up to ``_ITEMS``; an item that fails to validate ends them."""
+    out: list[Any] = []
+    try:
+        for item in itertools.islice(values, _ITEMS):
+            out.append(as_data(item, depth + 1))
+    except Exception:  # the function would meet the same failure there
+        out.append(f"<unreadable {type(values).__name__}>")
+    return out
 
 
 def _text(value: Any) -> str:
@@ -74,6 +94,8 @@ def _model(model: BaseModel, depth: int) -> dict[str, Any]:
         if name not in given and _authors_default(info, value):
             continue
         out[schema_key(name, info)] = as_data(value, depth + 1)
+    for key, value in (model.model_extra or {}).items():  # ``extra="allow"``: kept as received
+        out.setdefault(str(key), as_data(value, depth + 1))
     return out
 
 
@@ -86,13 +108,49 @@ def _authors_default(info: FieldInfo, value: Any) -> bool:
 
 
 def _dataclass(value: Any, depth: int) -> dict[str, Any]:
+    """A dataclass's fields keyed as its schema names them (a pydantic ``Field`` alias), those the
+    author's default fills left out."""
+    infos = _field_infos(type(value))
     out: dict[str, Any] = {}
     for f in dataclasses.fields(value):
         item = getattr(value, f.name, None)
-        if f.default is not dataclasses.MISSING and _equal(item, f.default):
+        info = infos.get(f.name)
+        if info is not None and _authors_default(info, item):
             continue
-        out[f.name] = as_data(item, depth + 1)
+        if info is None and f.default is not dataclasses.MISSING and _equal(item, f.default):
+            continue
+        out[schema_key(f.name, info) if info is not None else f.name] = as_data(item, depth + 1)
     return out
+
+
+def _field_infos(cls: type) -> dict[str, FieldInfo]:
+    """What pydantic reads of a dataclass's fields (their aliases and defaults): a pydantic
+    dataclass's own, a standard one's from its annotations (``Annotated[str, Field(alias=...)]``,
+    ``= Field(...)``). Empty where they cannot be read. Read once per class."""
+    own = getattr(cls, "__pydantic_fields__", None)
+    if isinstance(own, dict):
+        return own
+    if cls not in _INFOS:
+        if len(_INFOS) >= 256:
+            _INFOS.clear()
+        _INFOS[cls] = _annotated_infos(cls)
+    return _INFOS[cls]
+
+
+_INFOS: dict[type, dict[str, FieldInfo]] = {}
+
+
+def _annotated_infos(cls: type) -> dict[str, FieldInfo]:
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        return {
+            f.name: FieldInfo.from_annotated_attribute(
+                hints[f.name], PydanticUndefined if f.default is dataclasses.MISSING else f.default
+            )
+            for f in dataclasses.fields(cls)
+        }
+    except Exception:  # an annotation that does not resolve: keyed by field name
+        return {}
 
 
 def _equal(a: Any, b: Any) -> bool:
