@@ -119,8 +119,10 @@ def test_a_declared_secret_is_masked_in_every_sink_and_other_arguments_are_shown
     page = ana.get(f"/approvals/{pid}").text
     api = ana.get(f"/api/approvals/{pid}").text
     queue = ana.get("/approvals").text + ana.get("/api/approvals").text
-    for text in (page, api, queue):
+    whole = ana.get(f"/approvals/{pid}/arguments").text  # every argument whole, as ASCII JSON
+    for text in (page, api, queue, whole):
         assert not fragments(text), fragments(text)
+    assert "Ana Passenger" in whole and f"[secret, {len(SECRET)} characters, not shown]" in whole
     # Names that merely contain "pass", "secret", "token" are data, shown in full.
     assert "Ana Passenger" in page and "sec@example.org" in page and "1200" in page
     assert f"secret, not shown: {len(SECRET)} characters" in page

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urlsplit, urlunsplit
 
 import anyio
 from jinja2 import Environment
@@ -105,9 +105,10 @@ class Guard:
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
     else's body is never read, the app answers it as it answers any request not signed in;
-    every response gets ``PROTECTIVE_HEADERS``, and every cookie set over HTTPS is ``Secure``
-    (``_secure_cookie``: a console behind a TLS proxy without ``--secure-cookies``); the client's
-    address is kept for the audit entries; a WebSocket handshake is refused (404). Past
+    every response gets ``PROTECTIVE_HEADERS``, its ``Location`` is a path on this console
+    (``_relative_location``), and every cookie set over HTTPS is ``Secure`` (``_secure_cookie``:
+    a console behind a TLS proxy without ``--secure-cookies``); the client's address is kept for
+    the audit entries; a WebSocket handshake is refused (404). Past
     ``max_requests`` being served a request is 503 at once, past all but ``reserved`` of them one
     without credentials (``_room``)."""
 
@@ -140,7 +141,8 @@ class Guard:
 
         async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [_secure_cookie(k, v) if https else (k, v) for k, v in message.get("headers", [])]
+                sent = [_secure_cookie(k, v) if https else (k, v) for k, v in message.get("headers", [])]
+                headers = [_relative_location(k, v) for k, v in sent]
                 names = {k.lower() for k, _ in headers}
                 message["headers"] = [
                     *headers,
@@ -227,6 +229,19 @@ def _secure_cookie(name: bytes, value: bytes) -> tuple[bytes, bytes]:
     if name.lower() != b"set-cookie" or b"secure" in [a.strip().lower() for a in value.split(b";")[1:]]:
         return name, value
     return name, value + b"; Secure"
+
+
+def _relative_location(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """A response header, a ``Location`` made a path on this console: the scheme and host an
+    absolute one names (Starlette's trailing-slash redirect writes the request's ``Host`` header
+    back, any port it names, and ``http`` behind a TLS proxy) are dropped, and leading slashes or
+    backslashes are one ``/`` (``//evil.example`` is another site to a browser). Every redirect
+    the console sends stays on the origin the browser is on."""
+    if name.lower() != b"location":
+        return name, value
+    parts = urlsplit(value.decode("latin-1"))
+    path = "/" + parts.path.lstrip("/\\")
+    return name, urlunsplit(("", "", path, parts.query, parts.fragment)).encode("latin-1")
 
 
 async def _no_body() -> Message:

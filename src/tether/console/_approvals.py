@@ -214,7 +214,7 @@ class _Facts:
     def flags(self) -> list[dict[str, str]]:
         """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
         hidden characters, a declared secret, a row that no longer matches its hash."""
-        untrusted, composed, looks, hidden, copies, turned = set(), set(), [], [], [], []
+        untrusted, composed, looks, hidden, copies, turned, cut = set(), set(), [], [], [], [], []
         for arg, items in self.provenance.items():
             for item in items:
                 origins = [str(o) for o in item.get("origins") or []]
@@ -231,6 +231,8 @@ class _Facts:
                 turned.append(name)
             if self.repeats_secret({name: value}):
                 copies.append(name)
+            if len(pretty_json(redact_value(value, self.redactor, keys=True))) > SHOWN_CHARS:  # shown in part
+                cut.append(name)
             for text in _strings(value):
                 for found in find_names(text, limit=10):
                     check = check_name(found)
@@ -246,6 +248,7 @@ class _Facts:
         flags = flags if not self.intact else []
         for kind, text, names in (
             ("deep", f"nested deeper than {SHOWN_DEPTH} levels, shown cut: ", ", ".join(self.deep)),
+            ("cut", f"longer than {SHOWN_CHARS} characters, only its start shown: ", ", ".join(cut)),
             ("untrusted", "from untrusted content: ", ", ".join(sorted(untrusted))),
             ("composed", "composed by the model: ", ", ".join(sorted(composed))),
             ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),

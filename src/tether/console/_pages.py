@@ -6,6 +6,7 @@ modules; another tenant's record answers 404, exactly like an unknown id.
 from __future__ import annotations
 
 import ipaddress
+import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from urllib.parse import quote
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from tether.console import _approvals as approvals_view
@@ -164,6 +165,7 @@ def page_routes(console: Console) -> list[Route]:
         Route("/", ui.page(ui.home)),
         Route("/approvals", ui.page(ui.approvals)),
         Route("/approvals/{pid}", ui.page(proposal)),
+        Route("/approvals/{pid}/arguments", ui.page(ui.arguments)),
         Route("/approvals/{pid}/{action}", ui.page(ui.decide), methods=["POST"]),
         Route("/elicitations", ui.page(ui.questions)),
         Route("/elicitations/{eid}", ui.page(question)),
@@ -316,6 +318,19 @@ class _Pages:
     async def home(self, request: Request, me: Principal) -> Response:
         return RedirectResponse("/approvals", status_code=303)
 
+    async def arguments(self, request: Request, me: Principal) -> Response:
+        """A proposal's arguments whole, as its page shows them to this person (declared secrets
+        not shown), as plain JSON text of ASCII alone: every other character an escape
+        (``\\u202e``, ``\\u0430``, ``\\n``), so nothing in a value is cut, hidden, reordered or read
+        as another letter (its page shows a long value's start only, flagged ``cut``)."""
+        found = await approvals_view.proposal_view(self.sources, me, request.path_params["pid"])
+        whole = {
+            a["name"]: f"[secret, {a['chars']} characters, not shown]" if a["secret"] else a["value"]
+            for a in found["arguments"]
+        }
+        text = await anyio.to_thread.run_sync(_ascii_json, whole)
+        return PlainTextResponse(text)
+
     async def approvals(self, request: Request, me: Principal) -> Response:
         status = request.query_params.get("status", "pending")
         if status not in ("pending", "approved", "denied", "invalidated", "all"):
@@ -452,3 +467,7 @@ class _Pages:
         if tenants is not None and not tenants:
             raise Denied("not_admin", "the audit log is for admins")
         return self.render(request, "audit.html", me, entries=self.sources.users.audit_log(tenants=tenants))
+
+
+def _ascii_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True, default=str) + "\n"

@@ -188,7 +188,9 @@ class Gate:
         return "authorization" in request.headers or bool(self._presented(request))
 
     def _presented(self, request: Request) -> list[str]:
-        """The session ids of the request's session cookies signed with this console's key."""
+        """The session ids of the request's session cookies signed with this console's key. Of
+        two of one name the last is read (Starlette's parser): the one the console set at ``/``,
+        which a browser sends after one another port's app planted under a narrower path."""
         found = []
         for name in self._session_names:
             try:
