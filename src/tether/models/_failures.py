@@ -9,7 +9,8 @@ that says what happened and, where the fix is the caller's, what to fix.
   any other status is final. A server's ``x-should-retry`` (``true``/``false``) decides
   before the status, as in both official SDKs. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
-  stands in.
+  stands in; bytes that are not text (a compressed body not decoded) are named by their size,
+  never shown.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
   or a stream event with an ``error``, ``type: error`` or ``object: error``, a failed response.
   Retried (after the answer's ``retry-after``, as for a status) when its type or code says the
@@ -45,6 +46,7 @@ __all__ = [
     "codings",
     "error_body",
     "is_error",
+    "is_text",
     "retry_after",
     "unusable",
 ]
@@ -156,9 +158,25 @@ def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
         return error_body(json.loads(raw))
     except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         pass
+    if not is_text(raw):  # compressed or binary bytes: their size is all they say
+        return None, f"({len(raw)} bytes that are not text)", None
     title = _TITLE.search(raw)
     text = (title.group(1) if title else raw[:2000]).decode("utf-8", "replace")
     return None, " ".join(_TAGS.sub(" ", text).split())[:300] or "(empty body)", None
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")  # no text holds these (tabs, newlines aside)
+
+
+def is_text(raw: bytes) -> bool:
+    """Whether a body is text: UTF-8 (a character cut at its end aside: a body read to a limit)
+    without control characters. Compressed or binary bytes never are."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(raw) - 3:
+            return False
+    return _CONTROL.search(raw) is None
 
 
 @dataclass(frozen=True, slots=True)
