@@ -140,20 +140,25 @@ async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024
 def inflated(coding: str, raw: bytes, limit: int) -> bytes:
     """An error answer's body labelled ``gzip`` or ``deflate``, inflated (every gzip member; a
     ``deflate`` body zlib-wrapped or bare), at most ``limit`` bytes; as it is when it does not
-    inflate (a label on a plain body: its text is the server's message, and stays)."""
-    if is_text(raw):  # compressed bytes are never text: a label on a plain body
-        return raw
+    inflate (a label on a plain body: its text is the server's message, and stays; bytes that
+    are not text are named by their size, ``Failures.status``, never shown)."""
     if coding == "gzip":
-        return gunzipped({"content-encoding": "gzip"}, raw, limit)
-    for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):  # RFC 9110's deflate is zlib; some send it bare
-        z = zlib.decompressobj(wbits=wbits)
-        try:
-            out = z.decompress(raw, limit)
-        except zlib.error:
-            continue
+        return gunzipped({"content-encoding": "gzip"}, raw, limit)  # no gzip magic: as it is
+    z = zlib.decompressobj()  # RFC 9110's deflate: zlib's format, its header and checksum checked
+    try:
+        out = z.decompress(raw, limit)
         if z.eof or len(out) >= limit:
             return out
-    return raw  # named as bytes that are not text (``Failures.status``), never shown
+    except zlib.error:
+        pass
+    if is_text(raw):  # bare deflate has no header to check: plain text is taken for what it is
+        return raw
+    z = zlib.decompressobj(wbits=-zlib.MAX_WBITS)  # deflate sent bare, as some servers do
+    try:
+        out = z.decompress(raw, limit)
+    except zlib.error:
+        return raw
+    return out if z.eof or len(out) >= limit else raw
 
 
 def declared_over(headers: Any, limit: int) -> bool:
