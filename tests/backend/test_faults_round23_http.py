@@ -77,3 +77,18 @@ def test_an_error_body_with_a_wrong_or_odd_coding_keeps_its_message(
     assert "HTTP 401" in message and said in message and "(check " in message, message
     assert "empty body" not in message, message
     assert not any(ord(ch) < 32 for ch in message), message
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_413_says_the_request_is_too_large_and_is_not_retried(
+    tmp_path: Path, provider: str, transport: str
+) -> None:
+    """A 413 (a proxy's body limit, an HTML page) is final at once and says what to change (before:
+    only "HTTP 413: 413 Request Entity Too Large"); an answer after it is never asked for."""
+    page = Reply(status=413, body=b"<html><title>413 Request Entity Too Large</title></html>")
+    case = Case("413", lambda p, stream: [page, Reply.text(ANSWER)], False, modes=("whole",))
+    code, out, requests, _ = run_case(tmp_path, provider, case, "whole", transport)
+    assert (code, out["stop_reason"], requests) == (7, "model_error", 1), out
+    assert "HTTP 413: 413 Request Entity Too Large" in out["message"], out
+    assert "request is larger than the server or a proxy" in out["message"], out

@@ -4,7 +4,8 @@ that says what happened and, where the fix is the caller's, what to fix.
 
 - An HTTP error status (``Failures.status``): 429, 408, 409, 425, 5xx and 529 are retried (with
   the server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
-  the key variable; 404 names the model and URL; a redirect is not followed (it could carry
+  the key variable; 404 names the model and URL; 413 says the request is too large for the
+  server or a proxy; a redirect is not followed (it could carry
   the key to another host) and names its target; another 3xx (a 304) is no answer either;
   any other status is final. A server's ``x-should-retry`` (``true``/``false``) decides
   before the status, as in both official SDKs. The body is read
@@ -219,6 +220,9 @@ class Failures:
         if status in (401, 403):
             key = f"the key in ${self.key_env}" if self.key_set else f"${self.key_env}: it is not set"
             return ModelError(f"{self.label}: {detail} (check {key})")
+        if status == 413:  # the request's size, not the server's state: the same again fails alike
+            why = "the request is larger than the server or a proxy before it accepts: take fewer steps"
+            return ModelError(f"{self.label}: {detail} ({why} (limits.max_steps) or raise that limit)")
         if status == 404:
             return ModelError(f"{self.label}: {detail} (check the model name and base_url: POST {self.url})")
         if 300 <= status < 400:  # 304 Not Modified …: no redirect, and no answer either
