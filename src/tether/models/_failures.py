@@ -4,12 +4,14 @@ that says what happened and, where the fix is the caller's, what to fix.
 
 - An HTTP error status (``Failures.status``): 429, 408, 409, 425, 5xx and 529 are retried (with
   the server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
-  the key variable; 404 names the model and URL; a redirect is not followed (it could carry
+  the key variable; 404 names the model and URL; 413 says the request is too large for the
+  server or a proxy; a redirect is not followed (it could carry
   the key to another host) and names its target; another 3xx (a 304) is no answer either;
   any other status is final. A server's ``x-should-retry`` (``true``/``false``) decides
   before the status, as in both official SDKs. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
-  stands in.
+  stands in; bytes that are not text (a compressed body not decoded) are named by their size,
+  never shown.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
   or a stream event with an ``error``, ``type: error`` or ``object: error``, a failed response.
   Retried (after the answer's ``retry-after``, as for a status) when its type or code says the
@@ -45,6 +47,7 @@ __all__ = [
     "codings",
     "error_body",
     "is_error",
+    "is_text",
     "retry_after",
     "unusable",
 ]
@@ -156,9 +159,21 @@ def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
         return error_body(json.loads(raw))
     except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         pass
+    if not is_text(raw):  # compressed or binary bytes: their size is all they say
+        return None, f"({len(raw)} bytes that are not text)", None
     title = _TITLE.search(raw)
     text = (title.group(1) if title else raw[:2000]).decode("utf-8", "replace")
     return None, " ".join(_TAGS.sub(" ", text).split())[:300] or "(empty body)", None
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")  # no text holds these (tabs, newlines aside)
+
+
+def is_text(raw: bytes) -> bool:
+    """Whether a body reads as text, in any charset: no control characters (tabs and line
+    breaks aside) in its first 2000 bytes. Compressed or binary bytes all but always hold some
+    (gzip's first two bytes do)."""
+    return _CONTROL.search(raw, 0, 2000) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +220,9 @@ class Failures:
         if status in (401, 403):
             key = f"the key in ${self.key_env}" if self.key_set else f"${self.key_env}: it is not set"
             return ModelError(f"{self.label}: {detail} (check {key})")
+        if status == 413:  # the request's size, not the server's state: the same again fails alike
+            why = "the request is larger than the server or a proxy before it accepts: take fewer steps"
+            return ModelError(f"{self.label}: {detail} ({why} (limits.max_steps) or raise that limit)")
         if status == 404:
             return ModelError(f"{self.label}: {detail} (check the model name and base_url: POST {self.url})")
         if 300 <= status < 400:  # 304 Not Modified …: no redirect, and no answer either

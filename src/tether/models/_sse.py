@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from tether.errors import ModelError
 from tether.models._base import later_finish
-from tether.models._failures import Failures, codings, is_error
+from tether.models._failures import Failures, codings, is_error, is_text
 from tether.models._json import loads
 from tether.models._retrying import Retryable
 
@@ -102,8 +102,9 @@ ERROR_BODY_S = 2.0  # the longest an error answer's body is waited for: its stat
 async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024) -> Exception:
     """The error an answer with an error (or redirect) status says, for either transport: its
     body read at most ``limit`` bytes, declared or received, decoded as an answer is
-    (``decoded``: ``x-gzip`` and every gzip member, in bounded pieces), then closed; a body cut,
-    too large or not gzip after all stands as an empty one. The body only adds detail to what
+    (``decoded``: ``x-gzip`` and every gzip member, in bounded pieces; one labelled ``gzip`` or
+    ``deflate`` read as sent and inflated here, ``inflated``: kept as it is when the label was
+    wrong), then closed; a body cut or too large stands as an empty one. The body only adds detail to what
     the status and headers decide, so it is waited for at most ``ERROR_BODY_S`` seconds and half
     the time left to the call (``anyio.current_effective_deadline``): a server that sends a 401
     and then stalls its body gets the 401's error, named and final, with what of the body came
@@ -113,13 +114,15 @@ async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024
     import httpx2
 
     raw = b""
+    said = codings(response.headers.get("content-encoding", ""))
+    zipped = said in (["gzip"], ["deflate"])  # read as sent, inflated here: a wrong label is no loss
     try:
         if not declared_over(response.headers, limit):
             parts: list[bytes] = []
             left = anyio.current_effective_deadline() - anyio.current_time()
             with anyio.move_on_after(max(0.0, min(ERROR_BODY_S, left / 2))):
                 total = 0
-                async for block in decoded(response):
+                async for block in response.aiter_raw() if zipped else decoded(response):
                     total += len(block)
                     if total > limit:
                         raise too_large(limit)
@@ -129,7 +132,33 @@ async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024
         raw = b""
     finally:
         await response.aclose()
+    if zipped:
+        raw = inflated(said[0], raw, limit)
     return failures.status(response.status_code, raw, response.headers)
+
+
+def inflated(coding: str, raw: bytes, limit: int) -> bytes:
+    """An error answer's body labelled ``gzip`` or ``deflate``, inflated (every gzip member; a
+    ``deflate`` body zlib-wrapped or bare), at most ``limit`` bytes; as it is when it does not
+    inflate (a label on a plain body: its text is the server's message, and stays; bytes that
+    are not text are named by their size, ``Failures.status``, never shown)."""
+    if coding == "gzip":
+        return gunzipped({"content-encoding": "gzip"}, raw, limit)  # no gzip magic: as it is
+    z = zlib.decompressobj()  # RFC 9110's deflate: zlib's format, its header and checksum checked
+    try:
+        out = z.decompress(raw, limit)
+        if z.eof or len(out) >= limit:
+            return out
+    except zlib.error:
+        pass
+    if is_text(raw):  # bare deflate has no header to check: plain text is taken for what it is
+        return raw
+    z = zlib.decompressobj(wbits=-zlib.MAX_WBITS)  # deflate sent bare, as some servers do
+    try:
+        out = z.decompress(raw, limit)
+    except zlib.error:
+        return raw
+    return out if z.eof or len(out) >= limit else raw
 
 
 def declared_over(headers: Any, limit: int) -> bool:
