@@ -224,6 +224,21 @@ async def test_an_account_of_digits_written_in_pieces_is_judged_as_what_they_mak
     assert world.received == [] and second == ["untrusted_origin"]
 
 
+async def test_days_written_one_after_another_make_no_number_but_digits_beside_a_day_still_join() -> None:
+    # Found by AgentDojo's workspace user_task_25 (a deadline mailed to each person): the days
+    # "2024-05-20" then "2024-05-21", glued as a store glues pieces, read as the number
+    # "2024-05-202024-05-21" and the second went to a reviewer. Days are blanked before pieces
+    # are joined; the digits a day stands beside still join the next piece's.
+    world = Domestic("2024-05-12 000123456789")
+    steps = (call("get_hotels", city="Paris"), call("get_reviews", hotel="Grand Hotel"))
+    days = [
+        call("append_file", name="Paris", content=day) for day in ("2024-05-20", "2024-05-21", "20240522")
+    ]
+    assert problems((await run(world, *steps, *days)).events) == []
+    first, second = await _keep_then_pay(world, ["2024-05-12 000123", "456789"], ACCOUNT)
+    assert "untrusted_handle" in first and world.received == [] and second == ["untrusted_origin"]
+
+
 # -- 4. the number re-expressed by the model -----------------------------------------------------
 
 

@@ -23,6 +23,7 @@ from tether.policy._provenance_values import (
     find_numbers,
     link_key,
     public_suffix,
+    undated,
     unfold,
 )
 
@@ -242,10 +243,11 @@ def joined_handles(
     alone = {h for piece in (*kept, value) for h in find_handles(piece)}
     alone |= {h.partition("@")[2] for h in alone if "@" in h}
     numbers = {n for piece in (*kept, value) for n in find_numbers(piece)}
+    days_out = [undated(piece) for piece in (*kept, value)]  # two days that touch make no number
     found: dict[str, str] = {}
     for glue in _GLUES:  # what the earlier pieces made together was judged with the last
         text, joined = glue.join(kept), glue.join([*kept, value])
-        before = set(find_handles(text)) | {_digits(n) for n in find_numbers(text)}
+        before = set(find_handles(text))
         # One a piece holds (or its address's domain), extended by what follows it
         # (``…@gmail.com`` + ``done``), is that one's.
         for h in find_handles(joined):
@@ -253,8 +255,9 @@ def joined_handles(
                 found.setdefault(h, h)
         # A number is a piece's only where the piece holds it (more digits make another), and
         # one whatever the store glued its pieces with: judged once, as first found.
-        for n in find_numbers(joined):
-            if _digits(n) not in before and not any(n in m for m in numbers):
+        before_numbers = {_digits(n) for n in find_numbers(glue.join(days_out[:-1]))}
+        for n in find_numbers(glue.join(days_out)):
+            if _digits(n) not in before_numbers and not any(n in m for m in numbers):
                 found.setdefault(_digits(n), n)
     return list(found.values())
 

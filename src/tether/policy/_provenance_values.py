@@ -34,6 +34,7 @@ __all__ = [
     "find_numbers",
     "fold",
     "link_key",
+    "undated",
     "unescaped",
     "unfold",
 ]
@@ -483,6 +484,15 @@ _DATED = re.compile(_DATE)
 _DAY = re.compile(r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])")  # 20240512
 _CENTS = re.compile(r"[.,]\d{1,2}")  # the fraction of a sum of money
 PARTY_DIGITS = 8  # the digits of a number that may name a party (a phone, an account), at least
+
+
+def undated(text: str) -> str:
+    """``text`` with its days (``2024-05-20``, ``20240520``) blanked, each character a space:
+    pieces a store glues together are read for numbers this way, so that two days that touch
+    (``2024-05-20`` + ``2024-05-21``) make no number, while digits a day stands beside still join
+    the next piece's (``2024-05-12 000123`` + ``456789``)."""
+    blanked = _DATED.sub(lambda m: " " * len(m.group(0)), text)
+    return _NUMBER.sub(lambda m: " " * len(m.group(0)) if _DAY.fullmatch(m.group(0)) else m.group(0), blanked)
 
 
 def find_numbers(text: str) -> list[str]:
