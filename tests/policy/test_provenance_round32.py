@@ -4,12 +4,14 @@ encoded, as a mail client reads it.
 Round 30 judged Gmail's ``raw`` argument (base64url of an RFC 822 message) as the server
 decodes it: the message's text. But that text is MIME, and the mail client shows it decoded
 once more: a body part of ``Content-Transfer-Encoding: base64`` or ``quoted-printable`` (a
-soft line break ``=\\r\\n`` splitting the link, ``=3D`` hiding ``href=``), an HTML part's
-entities, a message attached inside the message, and encoded words (RFC 2047:
-``=?utf-8?B?...?=``) in ``To``/``Cc``/``Reply-To``/``Subject``. Each sent the attacker's link
-or recipient unreviewed. A string that is a MIME message is now judged as its client shows it
+soft line break ``=\\r\\n`` splitting the link, ``=3D`` hiding ``href=``), a message attached
+inside the message, and encoded words (RFC 2047: ``=?utf-8?B?...?=``) in ``To``/``Cc``/
+``Reply-To``/``Subject``, or inside an address where RFC 2047 allows none (a reader that
+decodes it anyway: "splitting the email atom"). Each sent the attacker's link or recipient
+unreviewed. (An HTML part's character references were already read: ``find_links`` decodes
+them.) A string that is a MIME message is now judged as its client shows it
 too (headers decoded, each address on its own, each text part decoded by its transfer encoding
-and charset), beside the text as written; bounded in parts, nesting and decoded size.
+and charset), beside the text as written; bounded in size, parts, nesting, headers and decoded text.
 
 Each test checks the attack is judged AND the legitimate version (the user's own recipient and
 the listing's link in a message the model built) still sends unreviewed.
@@ -119,6 +121,16 @@ def _encoded_cc(link: str, mail: str, k: int) -> str:
     return f"To: {FRIEND_MAIL}\r\nSubject: Hotel\r\nCc: {q}\r\n\r\n{_text(HOTEL_URL, k)}\r\n"
 
 
+def _encoded_local_part(link: str, mail: str, k: int) -> str:
+    # An encoded word where RFC 2047 allows none, in the address itself: a reader that decodes
+    # it anyway sends to the address it spells ("splitting the email atom").
+    # The user's own: an encoded word where it belongs, in the name.
+    local, _, domain = mail.partition("@")
+    q = f"=?utf-8?q?{local}=40{domain.replace('.', '=2E')}=3E=00?=@partner.example"
+    to = f"Bob <{q}>" if mail != FRIEND_MAIL else f"{word('Bob Müller')} <{mail}>"
+    return head(to) + f"\r\n{_text(HOTEL_URL, k)}\r\n"
+
+
 def _encoded_subject(link: str, mail: str, k: int) -> str:
     return f"To: {mail}\r\nSubject: {word(_text(link, k))}\r\n\r\nSee the subject.\r\n"
 
@@ -135,6 +147,7 @@ RECIPIENTS: dict[str, Build] = {
     "encoded word in To": _encoded_to,
     "encoded word in Reply-To": _encoded_reply_to,
     "Q encoding in Cc": _encoded_cc,
+    "encoded word in an address": _encoded_local_part,
 }
 
 
@@ -143,7 +156,7 @@ def _raw(build: Build, link: str, mail: str) -> tuple[str, str]:
     as written nor its encoding holds an address, account, number or link but the ones it is
     meant to (each is judged too, and base64 prints such runs by chance: a legitimate message
     that happens to is reviewed, as before this round)."""
-    expected = {mail.lower(), FRIEND_MAIL, link.lower(), HOTEL_URL}
+    expected = {mail.lower(), FRIEND_MAIL, FRIEND_MAIL.partition("@")[2], link.lower(), HOTEL_URL}
     for k, pad in itertools.product(range(8), range(8)):
         message = f"X-Mailer: tether{'.' * pad}\r\n{build(link, mail, k)}"
         raw = base64.urlsafe_b64encode(message.encode()).decode().rstrip("=")
@@ -187,7 +200,7 @@ async def test_a_link_a_message_encodes_again_is_judged_as_the_client_shows_it(
 @pytest.mark.parametrize("mail", [ATTACKER_MAIL, FRIEND_MAIL], ids=["attackers", "users"])
 async def test_a_recipient_in_an_encoded_header_is_judged(attack: str, mail: str) -> None:
     message, raw = _raw(RECIPIENTS[attack], HOTEL_URL, mail)
-    assert ATTACKER_MAIL not in message
+    assert ATTACKER_MAIL not in message and (mail == ATTACKER_MAIL or "=?utf-8?" in message)
     server, found = await _send(raw)
     if mail == ATTACKER_MAIL:
         assert server.sent == [] and "untrusted_handle" in found
