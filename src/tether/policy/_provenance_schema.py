@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
+from tether.policy._provenance_mime import mime_read
+
 __all__ = ["branch_of", "declared_received", "inline_refs"]
 
 _DEPTH = 32  # a value's levels read (a call's value has at most 16 nested containers)
@@ -225,7 +227,8 @@ def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
         return _read(parsed, schema.get("contentSchema"), depth + 1)
     if _MEDIA_LINES.fullmatch(media):  # a JSON value a line (or a record separator)
         return [_line(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
-    return text
+    shown = mime_read(text) if isinstance(text, str) else None
+    return text if shown is None else [text, *shown]  # a message also as its client shows it
 
 
 def _line(line: str, schema: Mapping[str, Any], depth: int) -> Any:
