@@ -504,23 +504,29 @@ MAIL_RULES = {
 @pytest.mark.parametrize("link", [ATTACKER_URL, HOTEL_URL], ids=["attackers", "listings"])
 async def test_a_message_a_server_decodes_is_judged_as_it_receives_it(encoding: str, link: str) -> None:
     schema, encode = ENCODINGS[encoding]
-    server = RemoteMail(schema)
     message = f"To: {FRIEND_MAIL}\r\nSubject: Hotel\r\n\r\nBook at {link}."
+    server, found = await send_raw_through(schema, encode(message))
+    if link == ATTACKER_URL:
+        assert server.sent == [] and found == ["untrusted_link"]
+    else:
+        assert found == [] and server.sent == [encode(message)]
+
+
+async def send_raw_through(schema: dict[str, Any], raw: str) -> tuple[RemoteMail, list[str]]:
+    """The travel request's run whose model, after ``READ``, sends ``raw`` through a remote mail
+    server whose ``raw`` argument has ``schema``: the server and the run's problems."""
+    server = RemoteMail(schema)
     host = Host(
         policy=ProvenancePolicy(ProvenanceRules(MAIL_RULES, TRUST)),
         on_denied="continue",
         labeler=make_labeler(TRUST),
     )
-    world = Travel()
-    host.add_tools(*world.tools())
+    host.add_tools(*Travel().tools())
     host.add_source(server)
     async with host:
-        model = scripted(*READ, call("send_raw", raw=encode(message)))
+        model = scripted(*READ, call("send_raw", raw=raw))
         result = await host.run(Agent("act", model), REQUEST, context=CTX)
-    if link == ATTACKER_URL:
-        assert server.sent == [] and problems(result.events) == ["untrusted_link"]
-    else:
-        assert problems(result.events) == [] and server.sent == [encode(message)]
+    return server, problems(result.events)
 
 
 class NoEvil:

@@ -40,16 +40,14 @@ import pytest
 from _travel import ATTACKER_IBAN, ATTACKER_URL, CTX, FRIEND_MAIL, HOTEL_URL
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
-from test_provenance_round3 import FRIEND_IBAN, REQUEST, TRUST, Travel, problems, scripted
-from test_provenance_round30 import MAIL_RULES, READ, NoEvil, RemoteMail, _escaped
+from test_provenance_round3 import FRIEND_IBAN
+from test_provenance_round30 import NoEvil, _escaped, send_raw_through
 
-from tether import Agent, Effect, Host, Policy, tool
+from tether import Effect, Policy, tool
 from tether.core.types import ToolSpec
 from tether.errors import PolicyError
 from tether.policy import propose
-from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
 from tether.policy._provenance_schema import declared_received, inline_refs
-from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
@@ -104,23 +102,12 @@ async def test_a_message_a_server_decodes_by_any_name_is_judged_as_it_receives_i
     encoding: str, link: str
 ) -> None:
     schema, encode = ENCODINGS[encoding]
-    server = RemoteMail(schema)
     message = f"To: {FRIEND_MAIL}\r\nSubject: Hotel\r\n\r\nBook at {link}."
-    host = Host(
-        policy=ProvenancePolicy(ProvenanceRules(MAIL_RULES, TRUST)),
-        on_denied="continue",
-        labeler=make_labeler(TRUST),
-    )
-    world = Travel()
-    host.add_tools(*world.tools())
-    host.add_source(server)
-    async with host:
-        model = scripted(*READ, call("send_raw", raw=encode(message)))
-        result = await host.run(Agent("act", model), REQUEST, context=CTX)
+    server, found = await send_raw_through(schema, encode(message))
     if link == ATTACKER_URL:
-        assert server.sent == [] and problems(result.events) == ["untrusted_link"]
+        assert server.sent == [] and found == ["untrusted_link"]
     else:
-        assert problems(result.events) == [] and server.sent == [encode(message)]
+        assert found == [] and server.sent == [encode(message)]
 
 
 def test_base32_is_read_as_the_server_decodes_it() -> None:

@@ -24,16 +24,12 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from _travel import ATTACKER_URL, CTX, FRIEND_MAIL, HOTEL_URL
-from test_provenance_round3 import REQUEST, TRUST, Travel, problems, scripted
-from test_provenance_round30 import MAIL_RULES, READ, RemoteMail
+from _travel import ATTACKER_URL, FRIEND_MAIL, HOTEL_URL
+from test_provenance_round30 import RemoteMail, send_raw_through
 
-from tether import Agent, Host
 from tether.policy._provenance_mime import mime_read
-from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
 from tether.policy._provenance_schema import declared_received
 from tether.policy._provenance_values import find_handles, find_links, find_numbers
-from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
@@ -168,18 +164,7 @@ def _raw(build: Build, link: str, mail: str) -> tuple[str, str]:
 
 
 async def _send(raw: str) -> tuple[RemoteMail, list[str]]:
-    server = RemoteMail(RAW)
-    host = Host(
-        policy=ProvenancePolicy(ProvenanceRules(MAIL_RULES, TRUST)),
-        on_denied="continue",
-        labeler=make_labeler(TRUST),
-    )
-    host.add_tools(*Travel().tools())
-    host.add_source(server)
-    async with host:
-        model = scripted(*READ, call("send_raw", raw=raw))
-        result = await host.run(Agent("act", model), REQUEST, context=CTX)
-    return server, problems(result.events)
+    return await send_raw_through(RAW, raw)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
