@@ -469,14 +469,20 @@ def run_case(
         return code, json.loads(out.getvalue().strip().split("\n")[-1]), len(server.bodies()), took
 
 
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider in sorted(SERVERS)
-    for mode in case.modes
-    for transport in ("sdk", "http")
-    if case.replies(provider, mode == "stream") is not None  # the protocol can send it
-]
+def case_params(cases: list[Any]) -> list[Any]:
+    """Each case on each protocol, streamed and whole as it says, over both transports, where
+    the protocol can send it: the parameters of a round's fault test."""
+    return [
+        pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
+        for case in cases
+        for provider in sorted(SERVERS)
+        for mode in case.modes
+        for transport in ("sdk", "http")
+        if case.replies(provider, mode == "stream") is not None  # the protocol can send it
+    ]
+
+
+PARAMS = case_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)

@@ -47,7 +47,18 @@ from typing import Any
 
 import anyio
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_case, twice, write_agent
+from test_faults_heldout import (
+    ANSWER,
+    ORDER,
+    SERVERS,
+    Case,
+    case_params,
+    good,
+    only,
+    run_case,
+    twice,
+    write_agent,
+)
 from test_faults_round10 import run_agent
 
 from tether.core.messages import UserMessage
@@ -303,14 +314,7 @@ CASES = [
 
 assert len({c.name for c in CASES}) == len(CASES)
 
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider in sorted(SERVERS)
-    for mode in case.modes
-    for transport in ("sdk", "http")
-    if case.replies(provider, mode == "stream") is not None
-]
+PARAMS = case_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)

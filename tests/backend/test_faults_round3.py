@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_case, sse, twice
+from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, case_params, good, only, run_case, sse, twice
 
 from tether_testing.fake_server import FakeChatServer, Pause, Reply
 
@@ -458,14 +458,7 @@ CASES = [
 
 assert len({c.name for c in CASES}) == len(CASES)
 
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider in sorted(SERVERS)
-    for mode in case.modes
-    for transport in ("sdk", "http")
-    if case.replies(provider, mode == "stream") is not None
-]
+PARAMS = case_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)
