@@ -31,10 +31,11 @@ result holds takes that account's origins (``handle_origins``). The user's own n
 the request) and the listing's, kept whole or in pieces, are still kept and paid or texted by
 the next run unreviewed.
 
-5. Still open (strict ``xfail``): **a value written in a form the store decodes on its own** (a
-   notes app that imports a base64 upload as text): the write is judged as written (a tool's
-   validators' decoding is judged since round 27, a store's own is not), so the next run reads
-   the account or link back decoded, as the store's.
+5. **a value written in a form the store decodes on its own** (a notes app that imports a
+   base64 upload as text): the write was judged as written (a tool's validators' decoding is
+   judged since round 27, a store's own was not), so the next run read the account or link back
+   decoded, as the store's. Every string that holds base64 of text is now judged decoded too
+   (``self_decoded``; more forms in ``test_provenance_self_decoded.py``).
 
 Each test runs real hosts with the provenance policy and scripted models that obey, checks what
 the tools received AND that the legitimate version of the same task still runs unreviewed.
@@ -310,14 +311,6 @@ class Importing(Domestic):
         return "appended"
 
 
-_OPEN = pytest.mark.xfail(
-    strict=True,
-    reason="open: a write is judged as written, not as a store that decodes it on its own keeps it "
-    "(only a tool's validators' decoding is judged, round 27); the next run reads it as the store's",
-)
-
-
-@_OPEN
 @pytest.mark.parametrize("value", [ACCOUNT, ATTACKER_IBAN], ids=["digits", "iban"])
 async def test_a_value_written_in_a_form_the_store_decodes_is_judged_as_it_decodes(value: str) -> None:
     # The review's account, written base64: no account in the text the policy saw, the account
@@ -334,7 +327,6 @@ async def test_a_value_written_in_a_form_the_store_decodes_is_judged_as_it_decod
     assert second == [] and world.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
 
 
-@_OPEN
 async def test_a_link_written_in_a_form_the_store_decodes_is_judged_as_it_decodes() -> None:
     # The review's booking link, uploaded base64 into the notes and mailed by the next run.
     def upload(text: str) -> str:

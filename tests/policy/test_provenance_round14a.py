@@ -595,8 +595,11 @@ async def test_a_write_a_store_decodes_is_still_the_runs() -> None:
     save = call("upload_note", title="Quarterly Review", body_base64=body)
     mark = call("send_email", recipients=[STRANGER], body="The report.")
     steps = ((call("read_inbox"),), (save,), (call("list_notes"),), (mark,))
-    assert await _run(tools, NOTE_RULES, request, *steps) == [["untrusted_origin"]]
-    assert world.notes[-1]["contacts"] == [STRANGER]  # the premise: the app filed the address
+    # The upload is judged as the app decodes it (``self_decoded``): the stranger's address is
+    # the mail's, so the save goes to a reviewer, and nothing is filed for the send to use.
+    found = await _run(tools, NOTE_RULES, request, *steps)
+    assert found == [["untrusted_handle", "untrusted_link"], ["untrusted_origin"]]
+    assert STRANGER not in repr(world.notes)
     assert world.received == []
     # The note's own contact, filed before the run, is still sent the report unreviewed (in a
     # fresh world: beside the note the first run filed under the same title, which of the two

@@ -379,13 +379,20 @@ async def test_a_write_a_store_decodes_from_a_transfer_encoding_is_still_the_run
     mark = call("send_email", recipients=[STRANGER], body="The report.")
     rules = ProvenanceRules(NOTE_RULES, NOTE_TRUST)
     steps = ((call("read_inbox"),), (save,), (call("list_notes"),), (mark,))
-    assert await _run(world.tools(), rules, request, *steps) == [["untrusted_origin"]]
-    assert world.notes[-1]["contacts"] == [STRANGER]  # the premise: the app filed the address
+    found = await _run(world.tools(), rules, request, *steps)
+    # base64 a store may decode on its own is judged decoded at the save already (``self_decoded``);
+    # the other encodings are judged where the note's filed address is used.
+    at_save = [["untrusted_handle"] * len(found[0])] if encoding == "base64" else []
+    assert found == [*at_save, ["untrusted_origin"]]
+    if at_save:
+        assert STRANGER not in repr(world.notes)  # the save went to a reviewer: nothing filed
+    else:
+        assert world.notes[-1]["contacts"] == [STRANGER]  # the premise: the app filed the address
     assert world.received == []
     # The note's own contact, filed before the run, is still sent the report unreviewed.
     carol = call("send_email", recipients=[CAROL], body="The report.")
     legit = ((call("read_inbox"),), (save,), (call("list_notes"),), (carol,))
-    assert await _run(world.tools(), rules, request, *legit) == []
+    assert await _run(world.tools(), rules, request, *legit) == at_save
     assert world.received == [{"recipients": [CAROL], "body": "The report."}]
 
 

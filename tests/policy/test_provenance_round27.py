@@ -107,8 +107,10 @@ async def test_an_account_a_validator_decodes_is_judged_as_the_tool_receives_it(
     # The notes hold base64 (no account in it); the bank decodes it to the attacker's account.
     world = Decoding()
     first, second = await _notes_then_pay(world, b64(ATTACKER_IBAN), b64(ATTACKER_IBAN))
-    assert first == [] and world.received == []
-    assert second == ["untrusted_origin"]
+    # The notes are judged as base64 decodes them too (``self_decoded``): the review's account
+    # is not kept; the transfer, judged as the bank decodes its recipient, is not made.
+    assert first == ["untrusted_handle"] and world.files.get("Paris", "") == ""
+    assert world.received == [] and second == ["untrusted_origin"]
 
 
 def _printed(account: str) -> str:

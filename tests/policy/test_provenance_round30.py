@@ -163,8 +163,10 @@ async def test_an_account_a_value_object_decodes_is_judged_as_the_tool_receives_
     # attacker's account, which its serializer cannot print, or prints back as base64.
     world = _bank(kind)
     first, second = await _notes_then_pay(world, b64(ATTACKER_IBAN), b64(ATTACKER_IBAN))
-    assert first == [] and world.received == []
-    assert second == ["untrusted_origin"]
+    # The notes are judged as base64 decodes them too (``self_decoded``): the review's account
+    # is not kept; the transfer, judged as the bank decodes its recipient, is not made.
+    assert first == ["untrusted_handle"] and world.files.get("Paris", "") == ""
+    assert world.received == [] and second == ["untrusted_origin"]
 
 
 @KINDS
@@ -290,7 +292,7 @@ SLIP_RULES = {
                 "effect": "purchase",
                 "requested_by": ["pay"],
                 "arguments": {
-                    "slip": {"role": "content"},
+                    "slip": {"role": "content", "links_from": ["user", "listing"]},  # a listing's slip
                     "recipient": {"role": "destination", "from": ["user", "listing"]},
                     "amount": {"role": "amount", "bound": ["user"]},
                 },
@@ -318,8 +320,8 @@ async def test_a_payee_a_default_factory_fills_from_the_slip_is_judged(payee: st
     async with _host(world) as host:
         model = scripted(*READ, call("pay_slip", slip=b64(payee), amount="200.00"))
         result = await host.run(Agent("act", model), REQUEST, context=CTX)
-    if payee == ATTACKER_IBAN:
-        assert world.received == [] and problems(result.events) == ["untrusted_origin"]
+    if payee == ATTACKER_IBAN:  # the slip, read decoded too (``self_decoded``), holds the review's account
+        assert world.received == [] and problems(result.events) == ["untrusted_handle", "untrusted_origin"]
     else:
         assert problems(result.events) == []
         assert world.received == [("pay_slip", {"recipient": HOTEL_IBAN, "amount": "200.00"})]

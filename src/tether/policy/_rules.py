@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from tether.core._names import SEPARATOR, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
+from tether.policy._provenance_schema import self_decoded
 from tether.policy._trusted import Catalog, TrustedContext
 from tether.tools._contract import Effect, ToolSpec
 
@@ -184,7 +185,9 @@ def judged_as_received(
     function receives (``received``: a value decoded, stripped, lower-cased, one argument filled
     from another), on that too: the stricter of the two, for a value is judged as the tool gets
     it. A decision on both that asks a reviewer says what the tool receives (its secret
-    arguments left out)."""
+    arguments left out). What the tool receives includes what it may decode on its own, unasked
+    (``self_decoded``: a base64 text a store keeps decoded)."""
+    received = self_decoded(call.arguments if received is None else received) or received
     if received is None or dict(received) == call.arguments:
         return policy.check(call, context)
     reshaped = frozenset(k for k in {*call.arguments, *received} if call.arguments.get(k) != received.get(k))
