@@ -1,4 +1,4 @@
-"""What a tool may decode on its own, unasked (``policy._provenance_schema.self_decoded``).
+"""What a tool may decode on its own, unasked (``policy._provenance_decoding.self_decoded``).
 
 A store that imports what it is given (a notes app that keeps a base64 upload as its text, an
 API that unwraps a value encoded twice, a word of base64 inside prose) keeps a value the policy
@@ -26,7 +26,7 @@ from test_provenance_laundering_round30 import ACCOUNT, LISTED, Importing, _keep
 from test_provenance_round3 import run
 
 from tether import Effect, tool
-from tether.policy._provenance_schema import self_decoded
+from tether.policy._provenance_decoding import self_decoded
 from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]

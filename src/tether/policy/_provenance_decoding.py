@@ -6,7 +6,14 @@ Transfer encodings (base64, whole or in MIME's lines; quoted-printable) and text
 form's or a URL's percent escapes (``%40``, ``+`` for a space), a JSON or source string's
 backslash escapes (``\\u0040``, ``\\x40``), HTML character references (``&#64;``), and a
 domain's punycode labels (``xn--``) as a mail client shows them. Escapes within escapes
-(a percent escape in base64, ``%255C``) are undone too, a few layers deep.
+(a percent escape in base64, ``%255C``) are undone too, a few layers deep. Base64 is also read
+as a lenient decoder reads a whole value (either alphabet, every other character skipped), and
+word by word inside prose.
+
+The same forms are what a call's arguments are judged in besides the text as written
+(``self_decoded``, in ``judged_as_received``): the host cannot see what a tool's function does
+with a value after its validators, and a store that imports an upload on its own keeps the
+decoded value, so a goal hidden in an encoding is judged as the goal it is.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import html
 import quopri
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["decoded"]
+__all__ = ["decoded", "self_decoded"]
 
 _DEPTH = 3  # layers of encoding undone
 _MOST = 16  # decoded forms of one value, at most
@@ -27,6 +35,7 @@ _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # a line of a block, its spaces left out
 _QUOTED_PRINTABLE = re.compile(r"=(?:[0-9A-F]{2}|\r?\n)")
 _BLANK = re.compile(r"[ \t]+")
+_NOT_BASE64_LINE = re.compile(r"[^A-Za-z0-9+/_=\- \t]")  # a line holding one is no base64
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _BACKSLASH = re.compile(
     r"\\(?:u\{?[0-9A-Fa-f]{4,6}\}?|U[0-9A-Fa-f]{8}|x[0-9A-Fa-f]{2}|[0-7]{3}|[\\/\"'nrtbf])"
@@ -41,12 +50,16 @@ def decoded(value: str) -> list[str]:
     the module docstring names, and those forms' own decodings (``_DEPTH`` layers, ``_MOST``
     forms at most). A file uploaded as base64, a form posted percent-encoded or a JSON string
     with its escapes, read back as text, is the text the run wrote, not the store's."""
+    return _layers(value, _once)
+
+
+def _layers(value: str, once: Callable[[str], list[str]]) -> list[str]:
     out: list[str] = []
     layer = [value]
     for _ in range(_DEPTH):
         following: list[str] = []
         for text in layer:
-            for form in _once(text):
+            for form in once(text):
                 if form != value and form not in out and len(out) < _MOST:
                     out.append(form)
                     following.append(form)
@@ -54,13 +67,49 @@ def decoded(value: str) -> list[str]:
     return out
 
 
+def self_decoded(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``arguments`` with each string that holds base64 of text (``_base64_once``, layer by
+    layer) read decoded too: ``[as given, *decoded]``, in lists and objects at any depth;
+    ``None`` where no string does. The policy judges both readings (``judged_as_received``).
+    Base64 alone: the other forms leave the text readable as written (a percent-escaped link is
+    judged as one), and reading them as decoded would give an address or a host two spellings."""
+    out = _forms(dict(arguments), 0)
+    return None if out == arguments else out
+
+
+_NESTED = 32  # a value's levels walked (a call's value has at most 16 nested containers)
+
+
+def _forms(value: Any, depth: int) -> Any:
+    if depth > _NESTED:
+        return value
+    if isinstance(value, str):
+        forms = _layers(value, _base64_once)
+        return [value, *forms] if forms else value
+    if isinstance(value, list):
+        return [_forms(item, depth + 1) for item in value]
+    if isinstance(value, Mapping):
+        return {k: _forms(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def _once(value: str) -> list[str]:
     """Each one-layer decoding of ``value`` that changes it."""
-    out = [text for block in _base64_blocks(value) if (text := _base64_text(block))]
+    out = _base64_once(value)
     decoders: list[Callable[[str], str]] = [_quoted_printable, _percent, _backslash, _references, _punycode]
     for decode in decoders:
         text = decode(value)
         if text.strip() and text != value:
+            out.append(text)
+    return out
+
+
+def _base64_once(value: str) -> list[str]:
+    """The texts ``value`` holds in base64: its blocks of lines, the whole as a lenient decoder
+    reads it, and its long words."""
+    out = [text for block in _base64_blocks(value) if (text := _base64_text(block))]
+    for text in (_lenient_base64(value), *map(_base64_text, _base64_words(value))):
+        if text and text not in out:
             out.append(text)
     return out
 
@@ -124,7 +173,7 @@ def _base64_blocks(value: str) -> list[str]:
     each joined into one string (a single line: the value itself)."""
     blocks: list[list[str]] = [[]]
     for line in value.splitlines():
-        bare = _BLANK.sub("", line)
+        bare = "" if _NOT_BASE64_LINE.search(line) else _BLANK.sub("", line)
         if bare and _BASE64_LINE.fullmatch(bare) and not (blocks[-1] and "=" in blocks[-1][-1]):
             blocks[-1].append(bare)
         elif blocks[-1]:
@@ -143,3 +192,34 @@ def _base64_text(s: str) -> str:
     except (ValueError, UnicodeDecodeError):
         return ""
     return text if text.strip() and "".join(text.split()).isprintable() else ""
+
+
+_SHORTEST = 8  # base64 characters: 6 bytes, fewer than any address, account or link holds
+_WORD = 12  # a base64 word inside prose: 9 bytes or more
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_NOT_ALPHABET = bytes(sorted(set(range(256)) - set(_ALPHABET)))  # lenient decoders skip them
+_STANDARD = bytes.maketrans(b"-_", b"+/")
+_APART = bytes(sorted(set(range(256)) - set(_ALPHABET + b"-_=")))
+_WORDS_APART = bytes.maketrans(_APART, b" " * len(_APART))  # every other byte splits words
+
+
+def _lenient_base64(value: str) -> str:
+    """``value`` as a lenient decoder reads it whole (Python's ``b64decode``, Node's ``Buffer``:
+    either alphabet, every other character skipped, up to the first padding), as UTF-8 text, or
+    "" where that is no text."""
+    bare = value.partition("=")[0].encode("utf-8").translate(_STANDARD, _NOT_ALPHABET)
+    if len(bare) < _SHORTEST:
+        return ""
+    try:
+        text = base64.b64decode(bare[: len(bare) - (len(bare) % 4 == 1)] + b"==").decode("utf-8")
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        return ""
+    return text if text.strip() and "".join(text.split()).isprintable() else ""
+
+
+def _base64_words(value: str) -> list[str]:
+    """The words of ``value`` long enough to be base64 of a value inside prose (not the whole
+    value: read as a block already)."""
+    words = value.encode("utf-8").translate(_WORDS_APART).split()
+    found = [w.decode("ascii") for w in words if len(w) >= _WORD]
+    return [] if found == [value.strip()] else found

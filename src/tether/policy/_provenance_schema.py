@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 from tether.policy._provenance_mime import mime_read
 
-__all__ = ["branch_of", "declared_received", "inline_refs", "self_decoded"]
+__all__ = ["branch_of", "declared_received", "inline_refs"]
 
 _DEPTH = 32  # a value's levels read (a call's value has at most 16 nested containers)
 _UNROLLED = 96  # a schema's levels inlined: a recursive model's own, to what a value can nest
@@ -229,87 +229,6 @@ def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
         return [_line(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
     shown = mime_read(text) if isinstance(text, str) else None
     return text if shown is None else [text, *shown]  # a message also as its client shows it
-
-
-def self_decoded(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``arguments`` with each string a tool may decode on its own, unasked, also read decoded: a
-    value that is, whole, base64 of text (as a lenient decoder reads it: a notes app that imports
-    an upload, a store that decodes what it is given), or a word in it that is, becomes ``[as
-    given, decoded, ...]``, decoded again while the text is so encoded (at most ``_LAYERS``
-    times). Where no string is, ``None``. The policy judges both (``judged_as_received``): the
-    host cannot see what a function does with a value after its validators, so a goal hidden in
-    an encoding is judged as the goal it is. Bytes that are not UTF-8 text (an image, an
-    identifier that happens to be base64) add nothing."""
-    out = _lens(dict(arguments), 0)
-    return None if out == arguments else out
-
-
-def _lens(value: Any, depth: int) -> Any:
-    if depth > _DEPTH:
-        return value
-    if isinstance(value, str):
-        forms = _self_forms(value)
-        return [value, *forms] if forms else value
-    if isinstance(value, list):
-        return [_lens(item, depth + 1) for item in value]
-    if isinstance(value, Mapping):
-        return {k: _lens(v, depth + 1) for k, v in value.items()}
-    return value
-
-
-_LAYERS = 4  # encodings undone one inside another
-_SHORTEST = 8  # base64 characters: 6 bytes, fewer than any address, account or link holds
-_LONGEST_WORD = 12  # a base64 word inside prose: 9 bytes or more
-
-
-def _self_forms(value: str) -> list[str]:
-    """The texts ``value`` holds base64-encoded: whole (lenient), or word by word (strict)."""
-    forms: list[str] = []
-    pending = [value]
-    while pending and len(forms) < _LAYERS:
-        text = pending.pop(0)
-        found = [t for t in (_as_text(text, lenient=True), *_words(text)) if t is not None]
-        for decoded in found:
-            if decoded not in forms and decoded != value:
-                forms.append(decoded)
-                pending.append(decoded)
-    return forms[:_LAYERS]
-
-
-def _words(text: str) -> list[str | None]:
-    words = [w for w in text.encode("utf-8").translate(_WORDS_APART).split() if len(w) >= _LONGEST_WORD]
-    if len(words) == 1 and words[0] == text.strip().encode("utf-8"):
-        return []  # the whole value: read leniently already
-    return [_as_text(w.decode("ascii"), lenient=False) for w in words]
-
-
-def _as_text(text: str, *, lenient: bool) -> str | None:
-    """``text`` decoded from base64 as UTF-8 text of printable characters, or ``None``."""
-    try:
-        if lenient:  # as lenient decoders read it: either alphabet, other characters skipped
-            raw_text = text.partition("=")[0].encode("utf-8").translate(_STANDARD, _NOT_BASE64)
-            if len(raw_text) < _SHORTEST:
-                return None
-            raw = base64.b64decode(raw_text[: len(raw_text) - (len(raw_text) % 4 == 1)] + b"==")
-        else:
-            raw = base64.urlsafe_b64decode(_urlsafe(text))
-        decoded = raw.decode("utf-8")
-    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
-        return None
-    printable = decoded.strip() and all(c.isprintable() or c in "\n\r\t" for c in decoded)
-    return decoded if printable else None
-
-
-_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_NOT_BASE64 = bytes(sorted(set(range(256)) - set(_ALPHABET)))  # deleted, as lenient decoders skip them
-_STANDARD = bytes.maketrans(b"-_", b"+/")
-_APART = bytes(sorted(set(range(256)) - set(_ALPHABET + b"-_=")))
-_WORDS_APART = bytes.maketrans(_APART, b" " * len(_APART))  # every other byte splits words
-
-
-def _urlsafe(word: str) -> str:
-    bare = word.rstrip("=").replace("+", "-").replace("/", "_")
-    return bare + "=" * (-len(bare) % 4)
 
 
 def _line(line: str, schema: Mapping[str, Any], depth: int) -> Any:

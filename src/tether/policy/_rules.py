@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from tether.core._names import SEPARATOR, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
-from tether.policy._provenance_schema import self_decoded
+from tether.policy._provenance_decoding import self_decoded
 from tether.policy._trusted import Catalog, TrustedContext
 from tether.tools._contract import Effect, ToolSpec
 
