@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
+import yaml
+
 from tether.policy._provenance_mime import mime_read
 
 __all__ = ["branch_of", "declared_received", "inline_refs"]
@@ -169,6 +171,9 @@ _BASE64_FORMATS = frozenset({"base64", "base64url", "byte"})  # JSON Schema, pyd
 # A JSON media type, by any name a server gives it (``application/json; charset=utf-8``,
 # ``application/vnd.api+json``, ``application/x-json``, ``text/json``).
 _MEDIA_JSON = re.compile(r"(?:application|text)/(?:[\w.-]+[+-])?json\s*(?:;.*)?", re.IGNORECASE | re.DOTALL)
+_MEDIA_YAML = re.compile(
+    r"(?:application|text)/(?:[\w.-]+\+)?(?:x-)?yaml\s*(?:;.*)?", re.IGNORECASE | re.DOTALL
+)
 _MEDIA_LINES = re.compile(
     r"(?:application|text)/(?:x-)?(?:ndjson|jsonl|jsonlines|json-seq)\s*(?:;.*)?", re.IGNORECASE | re.DOTALL
 )
@@ -219,23 +224,67 @@ def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
         text = _decoded(value, encoding)
     media = schema.get("contentMediaType")
     media = media.strip() if isinstance(media, str) and isinstance(text, str) else ""
-    if _MEDIA_JSON.fullmatch(media):
-        try:
-            parsed = json.loads(text)
-        except ValueError:
-            return text
-        return _read(parsed, schema.get("contentSchema"), depth + 1)
+    if _MEDIA_JSON.fullmatch(media) or _MEDIA_YAML.fullmatch(media):
+        return _document(text, schema, depth, yaml_too=bool(_MEDIA_YAML.fullmatch(media)))
     if _MEDIA_LINES.fullmatch(media):  # a JSON value a line (or a record separator)
-        return [_line(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
+        return [_document(line, schema, depth) for line in re.split(r"[\r\n\x1e]+", text) if line.strip()]
     shown = mime_read(text) if isinstance(text, str) else None
     return text if shown is None else [text, *shown]  # a message also as its client shows it
 
 
-def _line(line: str, schema: Mapping[str, Any], depth: int) -> Any:
-    try:
-        return _read(json.loads(line), schema.get("contentSchema"), depth + 1)
-    except ValueError:
-        return line
+def _document(text: str, schema: Mapping[str, Any], depth: int, yaml_too: bool = False) -> Any:
+    """A JSON (or YAML) text as its readers take it, each reading judged: parsed with a repeated
+    key's last value (Python, JavaScript) and with its first (a reader that keeps the first);
+    a YAML text as YAML reads it (its double-quoted escapes, folds and tags). A text no strict
+    reader parses is read as written and with its escapes (``\\xHH``, ``\\uHHHH``) decoded, as
+    a lenient (JSON5) reader takes it."""
+    inner = schema.get("contentSchema")
+    readings: list[Any] = []
+    for parse in (_json_last, _json_first, *((_yaml,) if yaml_too else ())):
+        try:
+            parsed = parse(text)
+        except (ValueError, yaml.YAMLError, RecursionError):
+            continue
+        read = _read(parsed, inner, depth + 1)
+        if read not in readings:
+            readings.append(read)
+    if not readings:
+        unescaped = _ESCAPE.sub(_unescape, text)
+        readings = [text] if unescaped == text else [text, unescaped]
+    return readings[0] if len(readings) == 1 else readings
+
+
+def _json_last(text: str) -> Any:
+    return json.loads(text)
+
+
+def _json_first(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=lambda pairs: dict(reversed(pairs)))
+
+
+def _yaml(text: str) -> Any:
+    """A YAML text as its safe reader takes it; one with an alias is not read (an alias shares
+    its anchor's value, and a tree read through shared values costs what it would print as: a
+    "billion laughs" document)."""
+    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+        raise ValueError("an alias is not read")
+    parsed = yaml.safe_load(text)
+    if not isinstance(parsed, Mapping | list | str):
+        raise ValueError("no document")
+    return json.loads(json.dumps(parsed, default=_yaml_text))
+
+
+def _yaml_text(value: Any) -> str:
+    """A YAML value JSON has no type for, as text: bytes (``!!binary``) decoded, dates printed."""
+    return _text(value) if isinstance(value, bytes) else str(value)
+
+
+_ESCAPE = re.compile(r"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))")
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = int(next(g for g in match.groups() if g is not None), 16)
+    return chr(code) if code < 0x110000 else match.group(0)
 
 
 def _encoding(schema: Mapping[str, Any]) -> str | None:
