@@ -17,6 +17,9 @@ attacker's link where only a reader of that media type sees it:
    judged as written, its ``\\x`` escapes hiding the link; it is judged with its escapes
    decoded too.
 4. **JSON lines**: a line with a repeated key, likewise.
+5. **an encoding the policy did not decode**: ``contentEncoding`` ``base85`` or ``x-uuencode``,
+   and ``format: hex`` (a format the policy read only for base64), were judged as the encoded
+   text, which holds no link. They are decoded now (with ``ascii85`` and ``base32hex``).
 
 Each test checks the attack is judged AND the legitimate version (the listing's link) still
 sends unreviewed.
@@ -25,6 +28,7 @@ sends unreviewed.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from collections.abc import Callable
 
@@ -57,6 +61,14 @@ def u_escaped(link: str) -> str:
     return "".join(f"\\u{ord(c):04x}" for c in link)
 
 
+def book(link: str) -> bytes:
+    return f"Book at {link}.".encode()
+
+
+def uuencoded(data: bytes) -> str:
+    return "".join(binascii.b2a_uu(data[i : i + 45]).decode() for i in range(0, len(data), 45))
+
+
 def media(kind: str, inner: dict[str, object] | None = None) -> dict[str, object]:
     schema: dict[str, object] = {"type": "string", "contentMediaType": kind}
     if inner is not None:
@@ -82,6 +94,12 @@ CASES: dict[str, tuple[dict[str, object], Callable[[str], str]]] = {
         lambda link: f'{{"body": "Book at {u_escaped(link)}", "body": "Book at {LEGIT}"}}',
     ),
     "json5_x_escapes": (media("application/json"), lambda link: f"{{body: 'Book at {x_escaped(link)}'}}"),
+    "base85": (
+        {"type": "string", "contentEncoding": "base85"},
+        lambda link: base64.b85encode(book(link)).decode(),
+    ),
+    "uuencode": ({"type": "string", "contentEncoding": "x-uuencode"}, lambda link: uuencoded(book(link))),
+    "format_hex": ({"type": "string", "format": "hex"}, lambda link: book(link).hex()),
     "jsonl_first_key": (
         media("application/x-ndjson"),
         lambda link: f'{{"to": "bob"}}\n{{"body": "Book at {u_escaped(link)}", "body": "Book at {LEGIT}"}}\n',

@@ -12,6 +12,7 @@ keys are declared and which are data), so it reads the schema with its reference
 from __future__ import annotations
 
 import base64
+import binascii
 import codecs
 import json
 import quopri
@@ -293,7 +294,8 @@ def _encoding(schema: Mapping[str, Any]) -> str | None:
     if isinstance(declared, str) and declared.strip().lower() in _DECODERS:
         return declared.strip().lower()
     shape = schema.get("format")
-    return "base64" if isinstance(shape, str) and shape.strip().lower() in _BASE64_FORMATS else None
+    shape = shape.strip().lower() if isinstance(shape, str) else ""
+    return "base64" if shape in _BASE64_FORMATS else shape if shape in _DECODERS else None
 
 
 def _decoded(value: str, encoding: str) -> str:
@@ -348,7 +350,18 @@ _DECODERS: dict[str, Callable[[str], bytes]] = {
     "base16": lambda v: base64.b16decode(_bare(v).upper()),
     "hex": lambda v: base64.b16decode(_bare(v).upper()),
     "quoted-printable": lambda v: quopri.decodestring(v.encode("utf-8")),
+    "base32hex": lambda v: base64.b32hexdecode(_bare(v).upper() + "=" * (-len(_bare(v)) % 8)),
+    "base85": lambda v: base64.b85decode("".join(v.split())),
+    "ascii85": lambda v: base64.a85decode("".join(v.split()), adobe=v.strip().startswith("<~")),
+    "uuencode": lambda v: _unuu(v),
+    "x-uuencode": lambda v: _unuu(v),
 }
+
+
+def _unuu(value: str) -> bytes:
+    """uuencoded text's bytes: its lines (a ``begin``/``end`` frame left out) decoded."""
+    lines = [line for line in value.splitlines() if line.strip() and not line.startswith(("begin ", "end"))]
+    return b"".join(binascii.a2b_uu(line) for line in lines)
 
 
 def _bare(value: str) -> str:
