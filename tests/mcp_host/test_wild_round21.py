@@ -1,0 +1,70 @@
+"""Wild servers, round twenty-one: a stdio server written by hand (``wild21_server.py``), next to
+the honest stdio server (``wild4_server.py``), checked to serve.
+Found:
+* a server that pretty-prints its messages (``JSON.stringify(m, null, 2)``) could not even start
+  (each line of its ``initialize`` answer refused alone), and one answer so written failed;
+* an answer with no newline after it waited out the call's timeout, and the next answer, joined
+  to it on one line, was lost too (the server quarantined, the run stopped);
+* two messages on one line (a log notice and the answer) failed the call;
+* an answer whose id is written as a float (``3.0``: servers whose numbers are all doubles)
+  was dropped by the SDK and the call waited out its timeout.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcphost._runner import run_question
+
+from .conftest import approve, honest_server, script, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
+
+HERE = Path(__file__).parent
+
+
+def _server(*args: str) -> dict[str, Any]:
+    return {
+        "name": "x",
+        "command": [sys.executable, str(HERE / "wild21_server.py"), *args],
+        "mode": "legacy",
+        "effects": {"lookup": "read"},
+        "timeout_s": 60,
+        "sandbox": "none",
+    }
+
+
+async def _run(tmp_path: Path, server: dict[str, Any], keys: str | list[str]) -> Any:
+    config = write_config(tmp_path, [server, honest_server()])
+    await approve(config, "x")
+    await approve(config, "ok")
+    steps = [("x__lookup", {"key": k}) for k in keys]
+    with anyio.fail_after(30):  # (the call's own timeout is 60 s)
+        return await run_question(config, "Q", script(*steps, ("ok__lookup", {"key": "z"}), "done"))
+
+
+def _all_served(run: Any, keys: str | list[str]) -> None:
+    seen = run.seen("x__lookup")
+    assert len(seen) == len(keys)
+    for key, text in zip(keys, seen, strict=True):
+        assert f"value-of-{key}" in text and "error=" not in text, text
+    assert "value-of-z" in run.seen("ok__lookup")[-1] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+@pytest.mark.parametrize("keys", [["pretty", "b"], ["unended", "b"], ["joined", "b"], ["float_id", "b"]])
+async def test_a_loosely_framed_answer_is_read(tmp_path: Path, keys: list[str]) -> None:
+    """Each answer as a hand-written server writes it is the call's answer, at once, and the
+    server serves on (before: the call failed, or waited out its timeout and lost the next one)."""
+    _all_served(await _run(tmp_path, _server(), keys), keys)
+
+
+async def test_a_server_that_pretty_prints_every_message_starts_and_serves(tmp_path: Path) -> None:
+    """Its ``initialize`` and listing answers, over many lines each, are read (before: it could
+    not start, and the run went on without it)."""
+    _all_served(await _run(tmp_path, _server("pretty"), "ab"), "ab")
