@@ -7,12 +7,16 @@ Found:
   to it on one line, was lost too (the server quarantined, the run stopped);
 * two messages on one line (a log notice and the answer) failed the call;
 * an answer whose id is written as a float (``3.0``: servers whose numbers are all doubles)
-  was dropped by the SDK and the call waited out its timeout.
+  was dropped by the SDK and the call waited out its timeout; over HTTP (``wild21_web.py``),
+  in a JSON body or an event, the call failed naming nine validation errors;
+* an HTTP answer sent as a JSON-RPC batch (an array holding a log notice and the answer) failed
+  the call the same way.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +25,10 @@ import pytest
 
 from tether.core.stop import StopReason
 from tether.mcphost._runner import run_question
+from tether_testing.loopback import serving
 
 from .conftest import approve, honest_server, script, write_config
+from .wild21_web import app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -68,3 +74,18 @@ async def test_a_server_that_pretty_prints_every_message_starts_and_serves(tmp_p
     """Its ``initialize`` and listing answers, over many lines each, are read (before: it could
     not start, and the run went on without it)."""
     _all_served(await _run(tmp_path, _server("pretty"), "ab"), "ab")
+
+
+@pytest.mark.parametrize("mode", ["float_id", "sse_float", "json_batch"])
+async def test_an_http_answer_of_a_whole_float_id_or_in_a_batch_is_read(tmp_path: Path, mode: str) -> None:
+    """``wild21_web.py`` answers the call of key ``b`` so: it is ``b``'s answer, and the server
+    and the other one serve on (before: ``b`` failed, ``upstream_error``)."""
+    seen: list[str] = []
+    stop = threading.Event()
+    try:
+        with serving(app(mode, seen, stop)) as base:
+            entry = {"name": "x", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
+            run = await _run(tmp_path, {**entry, "timeout_s": 60}, "abc")
+    finally:
+        stop.set()
+    _all_served(run, "abc")

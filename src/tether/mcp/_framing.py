@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-__all__ = ["Framer", "whole"]
+__all__ = ["FLOAT_ID", "Framer", "whole", "whole_id"]
+
+FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a whole float
 
 _JOINED = re.compile(rb"[}\]]\s*[{\[]")  # one value closed and the next opened on one line
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
@@ -33,6 +36,16 @@ def whole(buffer: bytes | bytearray) -> bool:
     except (ValueError, RecursionError):
         return False
     return True
+
+
+def whole_id(message: Any) -> Any:
+    """``message`` with an id written as a float of a whole number (``3.0``: servers whose JSON
+    numbers are all doubles) made the integer it means, which the SDK reads (it refuses the
+    float, and the request it answers waited out its timeout); any other as it is."""
+    ident = message.get("id") if isinstance(message, dict) else None
+    if isinstance(ident, float) and ident.is_integer() and abs(ident) <= 2**53:
+        return {**message, "id": int(ident)}
+    return message
 
 
 def _split(line: bytes) -> list[bytes]:

@@ -25,7 +25,7 @@ import anyio.abc
 
 from tether.mcp._bulk import counted, refusal
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import Framer, whole
+from tether.mcp._framing import FLOAT_ID, Framer, whole, whole_id
 
 __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
@@ -104,19 +104,16 @@ def _parse(line: bytes) -> Any:
         return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err, line)
 
 
-def _whole_id(line: bytes) -> dict[str, Any] | None:
-    """The message of a line whose id is a whole number written as a float (``"id": 3.0``: servers
-    whose JSON numbers are all doubles), its id the integer it means; ``None`` for any other."""
-    if b'"id"' not in line:
+def _whole_id(line: bytes) -> Any:
+    """The message of a line whose id is a whole float, its id the integer (``None``: any other)."""
+    if FLOAT_ID.search(line) is None:
         return None
     try:
         message = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    ident = message.get("id") if isinstance(message, dict) else None
-    if not isinstance(ident, float) or not ident.is_integer() or abs(ident) > 2**53:
-        return None
-    return {**message, "id": int(ident)}
+    mended = whole_id(message)
+    return mended if mended is not message else None
 
 
 def _messages(line: bytes) -> list[Any]:
