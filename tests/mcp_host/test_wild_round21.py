@@ -24,6 +24,7 @@ import anyio
 import pytest
 
 from tether.core.stop import StopReason
+from tether.mcp._framing import Framer
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
@@ -89,3 +90,19 @@ async def test_an_http_answer_of_a_whole_float_id_or_in_a_batch_is_read(tmp_path
     finally:
         stop.set()
     _all_served(run, "abc")
+
+
+def test_a_message_begun_over_lines_ends_at_its_first_closing_line_whole_or_not() -> None:
+    """A lone ``{`` and lines that never make a message end at the first ``}`` or ``]`` at the
+    first column, cut (refused as any bad line): never parsed again at each later closing line
+    (a server's thousands of ``]`` lines each re-read megabytes), and the next message is read."""
+    framer = Framer(1 << 20)
+    assert framer.lines(b"{") == [] and framer.lines(b'  "a": [1, 2') == []
+    assert framer.lines(b"]") == [b'{\n"a": [1, 2\n]']
+    answer = b'{"jsonrpc": "2.0", "id": 1, "result": {}}'
+    assert framer.lines(b"]") == [b"]"] and framer.lines(answer) == [answer]
+    assert (
+        framer.lines(b"{") == []
+        and framer.lines(b'  "id": 2') == []
+        and framer.lines(b"}") == [b'{\n"id": 2\n}']
+    )

@@ -4,8 +4,9 @@ newline-delimited JSON loosely: a message pretty-printed over lines (``JSON.stri
 with no newline after it (read once it is whole, or at the end of the output).
 
 The common line (one whole message) costs a byte search only: a message is joined over lines
-only from a line that is a lone ``{`` or ``[``, and parsed only at a line that closes one at
-its first column, as pretty printers write a message's first and last lines.
+only from a line that is a lone ``{`` or ``[``, and ends at the first line that closes one at
+its first column, as pretty printers write a message's first and last lines (what is not a whole
+message then is refused as any line is: parsed once, never again at each later line).
 """
 
 from __future__ import annotations
@@ -87,13 +88,7 @@ class Framer:
                 return [cut]
             if raw[:1] not in (b"}", b"]"):  # only a closing line at the first column ends one
                 return []
-            try:
-                json.loads(bytes(self.pending))
-            except RecursionError:
-                pass
-            except ValueError:
-                return []
-            done, self.pending = bytes(self.pending), bytearray()
+            done, self.pending = bytes(self.pending), bytearray()  # whole or not, parsed once
             return [done]
         if line in (b"{", b"["):  # the first line of a pretty-printed message or batch
             self.pending = bytearray(line)
