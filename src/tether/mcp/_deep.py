@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 from tether.mcp._flood import NotificationGate
+from tether.mcp._framing import FLOAT_ID, whole_id
 
 __all__ = ["CUT", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
 
@@ -89,6 +90,8 @@ def _cut_event(raw: bytes) -> bytes:
     nested too deep cut; a ``retry`` out of bounds is held to them (``_retry``)."""
     if b"retry:" in raw:
         raw = _retry(raw)
+    if FLOAT_ID.search(raw) is not None:
+        raw = _whole_event(raw)
     if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
     lines = _LINE.split(raw)
@@ -101,6 +104,18 @@ def _cut_event(raw: bytes) -> bytes:
     if b'"tools"' not in data or (cut := cut_deep_tools(data)) is None:
         return raw
     return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
+
+
+def _whole_event(raw: bytes) -> bytes:
+    """An event whose message's id is a whole float, that id the integer (``whole_id``)."""
+    try:
+        message = json.loads(_data(raw))
+    except (ValueError, RecursionError):
+        return raw
+    if (mended := whole_id(message)) is message:
+        return raw
+    other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
+    return b"\n".join([*other, b"data: " + json.dumps(mended).encode("utf-8")]) + b"\n\n"
 
 
 def _data(raw: bytes) -> bytes:

@@ -58,6 +58,7 @@ from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
 from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
+from tether.mcp._framing import FLOAT_ID
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -249,6 +250,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(response, _error(asked, -32603, _malformed(err)))
         finally:
             await stream.aclose()
+        body = _mended(body, asked)
         if (wrong := _not_its_answer(body, asked)) is not None:
             return _replaced(response, _error(asked, -32603, wrong))
         if (over := counted(body)) is not None:
@@ -386,6 +388,28 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
     if _id(message.get("id")) != _id(asked):
         return "the server answered this request with the id of another request (a forged answer)"
     return None
+
+
+def _mended(body: bytes, asked: Any) -> bytes:
+    """A JSON body as the SDK reads it: a JSON-RPC batch (an array) is the answer to ``asked`` it
+    holds, and an id written as a float of a whole number (``3.0``) is the integer asked (the SDK
+    refuses both: the call failed naming nine validation errors). Any other body is as sent."""
+    if body.lstrip()[:1] != b"[" and FLOAT_ID.search(body) is None:
+        return body
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if isinstance(message, list):
+        answers = [
+            m for m in message if isinstance(m, dict) and "method" not in m and _id(m.get("id")) == _id(asked)
+        ]
+        if len(answers) != 1:
+            return body
+        message = answers[0]
+    if not isinstance(message, dict) or _id(message.get("id")) != _id(asked):
+        return body
+    return json.dumps({**message, "id": asked}).encode()
 
 
 def _id(ident: Any) -> str:

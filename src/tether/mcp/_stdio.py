@@ -1,12 +1,13 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
 Newline-delimited JSON-RPC as the SDK's own, except: a flood of notifications is held back
-(``_flood``), an over-long line is discarded as it streams
-and answered as an error (as is non-JSON-RPC, and a line of more objects and arrays than the
-SDK is given, ``_bulk``), a line may start with a UTF-8 byte order mark or
-hold a JSON-RPC batch (each of its messages read), an error naming no request (``"id": null``)
-answers the one request awaiting an answer (``_Waiting``), the server's exit ends the connection,
-and shutdown closes stdin, then terminates and kills the process group.
+(``_flood``), an over-long line is discarded as it streams and answered as an error (as is
+non-JSON-RPC, and a line of more objects and arrays than the SDK is given, ``_bulk``), a message
+may be framed loosely (``_framing``: a byte order mark, pretty-printed over lines, two on one
+line, no newline after it), a line may hold a JSON-RPC batch (each of its messages read), an id
+written as a float of a whole number (``3.0``) is that number, an error naming no request
+(``"id": null``) answers the one request awaiting an answer (``_Waiting``), the server's exit
+ends the connection, and shutdown closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ import anyio.abc
 
 from tether.mcp._bulk import counted, refusal
 from tether.mcp._flood import NotificationGate
+from tether.mcp._framing import FLOAT_ID, Framer, whole, whole_id
 
 __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
 MAX_BATCH = 256  # messages of one JSON-RPC batch read one by one (a longer one is refused whole)
-_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -95,9 +96,24 @@ def _parse(line: bytes) -> Any:
         if b'"tools"' in line and (cut := cut_deep_tools(line)) is not None:  # a tool nested too deep
             with suppress(ValueError):
                 return SessionMessage(types.jsonrpc_message_adapter.validate_json(cut, by_name=False))
+        if (mended := _whole_id(line)) is not None:
+            with suppress(ValueError):
+                return SessionMessage(types.jsonrpc_message_adapter.validate_python(mended, by_name=False))
         errors = err.errors() if isinstance(err, ValidationError) else []
         why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
         return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err, line)
+
+
+def _whole_id(line: bytes) -> Any:
+    """The message of a line whose id is a whole float, its id the integer (``None``: any other)."""
+    if FLOAT_ID.search(line) is None:
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    mended = whole_id(message)
+    return mended if mended is not message else None
 
 
 def _messages(line: bytes) -> list[Any]:
@@ -225,6 +241,13 @@ async def _transport(
     write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
     stdout, stdin = process.stdout, process.stdin
     waiting = _Waiting()
+    framer = Framer(max_line_bytes)
+
+    async def deliver(lines: list[bytes]) -> None:
+        for line in lines:
+            for item in _messages(line):
+                if _admitted(gate, item):
+                    await read_writer.send(waiting.received(item))
 
     async def reader() -> None:
         # A bytearray grows in place: a line of bytes joined chunk by chunk (64 KiB from a pipe)
@@ -249,17 +272,16 @@ async def _transport(
                         if cut < 0:
                             break
                         if discarding:
-                            item, discarding = _too_long(head, discarding, max_line_bytes), 0
+                            await read_writer.send(_too_long(head, discarding, max_line_bytes))
+                            discarding = 0
                         else:
-                            line = bytes(buffer).strip().removeprefix(_BOM).strip()
+                            await deliver(framer.lines(bytes(buffer)))
                             buffer = bytearray()
-                            if not line:
-                                continue
-                            for item in _messages(line):
-                                if _admitted(gate, item):
-                                    await read_writer.send(waiting.received(item))
-                            continue
-                        await read_writer.send(item)
+                    if not discarding and whole(buffer):  # a message with no newline after it
+                        await deliver(framer.lines(bytes(buffer)))
+                        buffer = bytearray()
+                if not discarding:  # the output ended: what it left unended
+                    await deliver([*framer.rest(), *framer.lines(bytes(buffer))])
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             pass
 

@@ -1,0 +1,103 @@
+"""Lines of a stdio server's output as JSON-RPC messages, for servers in the wild that frame
+newline-delimited JSON loosely: a message pretty-printed over lines (``JSON.stringify(m, null,
+2)``), messages written one after the other with no newline between (``}{``), and a message
+with no newline after it (read once it is whole, or at the end of the output).
+
+The common line (one whole message) costs a byte search only: a message is joined over lines
+only from a line that is a lone ``{`` or ``[``, and ends at the first line that closes one at
+its first column, as pretty printers write a message's first and last lines (what is not a whole
+message then is refused as any line is: parsed once, never again at each later line).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["FLOAT_ID", "Framer", "whole", "whole_id"]
+
+FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a whole float
+
+_JOINED = re.compile(rb"[}\]]\s*[{\[]")  # one value closed and the next opened on one line
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
+MAX_UNENDED = 1 << 20  # the longest output without a newline tried as a whole message
+
+
+def whole(buffer: bytes | bytearray) -> bool:
+    """Whether output not yet ended by a newline is a whole message (tried up to ``MAX_UNENDED``)."""
+    if (
+        not 1 < len(buffer) <= MAX_UNENDED
+        or buffer[:1] not in (b"{", b"[")
+        or buffer[-1:] not in (b"}", b"]")
+    ):
+        return False
+    try:
+        json.loads(bytes(buffer))
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def whole_id(message: Any) -> Any:
+    """``message`` with an id written as a float of a whole number (``3.0``: servers whose JSON
+    numbers are all doubles) made the integer it means, which the SDK reads (it refuses the
+    float, and the request it answers waited out its timeout); any other as it is."""
+    ident = message.get("id") if isinstance(message, dict) else None
+    if isinstance(ident, float) and ident.is_integer() and abs(ident) <= 2**53:
+        return {**message, "id": int(ident)}
+    return message
+
+
+def _split(line: bytes) -> list[bytes]:
+    """The values of a line holding more than one, each alone; ``[line]`` where it is one, or
+    not JSON values throughout."""
+    text = line.decode("utf-8", "replace")
+    decoder, values, at = json.JSONDecoder(), [], 0
+    try:
+        while at < len(text):
+            _, end = decoder.raw_decode(text, at)
+            values.append(text[at:end].encode("utf-8"))
+            at = end
+            while at < len(text) and text[at].isspace():
+                at += 1
+    except (ValueError, RecursionError):
+        return [line]
+    return values if len(values) > 1 else [line]
+
+
+class Framer:
+    """The messages each line of output ends (``limit``: the most bytes one message may hold)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = bytearray()  # a message begun on earlier lines
+
+    def lines(self, raw: bytes) -> list[bytes]:
+        """The messages the line ``raw`` (its newline cut) completes, in order, each stripped."""
+        line = raw.strip().removeprefix(_BOM).strip()
+        if not line:
+            return []
+        if self.pending:
+            if raw[:1] == b"{":  # a new message at the first column: the one begun is cut
+                cut, self.pending = bytes(self.pending), bytearray()
+                return [cut, *self.lines(raw)]
+            self.pending += b"\n" + line
+            if len(self.pending) > self.limit:
+                cut, self.pending = bytes(self.pending), bytearray()
+                return [cut]
+            if raw[:1] not in (b"}", b"]"):  # only a closing line at the first column ends one
+                return []
+            done, self.pending = bytes(self.pending), bytearray()  # whole or not, parsed once
+            return [done]
+        if line in (b"{", b"["):  # the first line of a pretty-printed message or batch
+            self.pending = bytearray(line)
+            return []
+        if _JOINED.search(line) is not None:
+            return _split(line)
+        return [line]
+
+    def rest(self) -> list[bytes]:
+        """What a message begun and never ended leaves at the end of the output."""
+        rest, self.pending = bytes(self.pending), bytearray()
+        return [rest] if rest else []
