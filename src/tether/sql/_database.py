@@ -208,7 +208,7 @@ class Database:
             raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
         except sqlite3.DatabaseError as err:
             engine.dispose()
-            raise ConfigError(f"{file} is not a SQLite database file ({err})") from err
+            raise ConfigError(_unopened(file, err, busy_timeout_s)) from err
         finally:
             raw.close()
         return db
@@ -468,6 +468,27 @@ class SqlStore:
         """Close the database if this store opened it (never a shared one)."""
         if self._owns:
             self.db.close()
+
+
+# SQLite's result codes for a file that is no database (SQLITE_NOTADB) or a damaged one (SQLITE_CORRUPT).
+_NOT_A_DATABASE = (26, 11)
+
+
+def _unopened(file: Path, err: sqlite3.DatabaseError, busy_timeout_s: float) -> str:
+    """Why a SQLite file could not be opened, in words that fit: one another connection holds
+    (a worker of any release, a backup in exclusive mode) or one the disk refused is not called
+    "not a SQLite database file" (an operator told so may delete a good store)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if held(err):
+        return (
+            f"{file} is held by another connection past the {busy_timeout_s:g} s busy timeout"
+            f" ({err}: a worker or tool holding it in exclusive mode); nothing was read or"
+            " written, open it again once that lets go"
+        )
+    if primary in _NOT_A_DATABASE or (primary is None and "not a database" in str(err)):
+        return f"{file} is not a SQLite database file ({err})"
+    return f"{file} cannot be opened as a SQLite database ({err}); nothing was read or written"
 
 
 def _unwrapped(err: StatementError) -> BaseException:

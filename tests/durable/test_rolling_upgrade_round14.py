@@ -1,0 +1,71 @@
+"""An operator's rolling upgrade, fourteenth round: a store file a worker of any release (or a
+tool: a backup, ``sqlite3`` in exclusive mode) holds while an upgraded worker opens it.
+
+What did not hold, fixed here and pinned below:
+
+- a SQLite store another connection held past the busy timeout when a worker opened it (the
+  ``journal_mode`` switch needs the file's lock) was reported as "not a SQLite database file
+  (database is locked)": an operator told so may delete or restore a good store during the
+  upgrade. It is now said to be held, with the busy timeout, and that nothing was read or
+  written; a file that is no database is still called so.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ConfigError
+from tether.sql._database import Database
+
+
+@pytest.fixture
+def held_store(tmp_path: Path) -> Iterator[Path]:
+    """A WAL store file another connection holds in exclusive mode inside a write."""
+    file = tmp_path / "store.db"
+    holder = sqlite3.connect(file, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("CREATE TABLE kept (x INTEGER)")
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO kept VALUES (1)")
+    try:
+        yield file
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+
+
+def test_a_held_store_is_said_held_not_called_no_database(held_store: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Database.sqlite(held_store, busy_timeout_s=0.1)
+    said = str(caught.value)
+    assert "not a SQLite database" not in said
+    assert "held by another connection" in said and "0.1 s busy timeout" in said
+    assert "nothing was read or written" in said
+
+
+def test_a_store_opens_once_its_holder_lets_go(tmp_path: Path) -> None:
+    file = tmp_path / "store.db"
+    holder = sqlite3.connect(file, isolation_level=None)
+    holder.execute("CREATE TABLE kept (x INTEGER)")
+    holder.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(ConfigError, match="held by another connection"):
+        Database.sqlite(file, busy_timeout_s=0.1)
+    holder.execute("COMMIT")
+    holder.close()
+    db = Database.sqlite(file, busy_timeout_s=0.1)
+    try:
+        assert db.snapshot(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM kept").scalar()) == 0
+    finally:
+        db.close()
+
+
+def test_a_file_that_is_no_database_is_still_called_so(tmp_path: Path) -> None:
+    file = tmp_path / "store.db"
+    file.write_bytes(b"not sqlite " * 500)
+    with pytest.raises(ConfigError, match="is not a SQLite database file"):
+        Database.sqlite(file)
