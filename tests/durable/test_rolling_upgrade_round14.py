@@ -8,6 +8,9 @@ What did not hold, fixed here and pinned below:
   (database is locked)": an operator told so may delete or restore a good store during the
   upgrade. It is now said to be held, with the busy timeout, and that nothing was read or
   written; a file that is no database is still called so.
+- a store file a worker could not create (a read-only or full file system, a parent that is a
+  file) came out as the bare ``OSError`` (``FileExistsError: File exists: '.../plain'``), not
+  naming the store; it is a ``ConfigError`` naming the file and why, nothing written.
 """
 
 from __future__ import annotations
@@ -69,3 +72,13 @@ def test_a_file_that_is_no_database_is_still_called_so(tmp_path: Path) -> None:
     file.write_bytes(b"not sqlite " * 500)
     with pytest.raises(ConfigError, match="is not a SQLite database file"):
         Database.sqlite(file)
+
+
+@pytest.mark.parametrize("below", ["store.db", "sub/store.db"])
+def test_a_store_in_a_place_that_cannot_hold_it_is_a_clear_error(tmp_path: Path, below: str) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("an operator's file, not a folder")
+    with pytest.raises(ConfigError, match=r"SQLite database file .* cannot be created: .*nothing was written"):
+        Database.sqlite(plain / below)
+    assert plain.read_text() == "an operator's file, not a folder"
+    Database.sqlite(tmp_path / below).close()  # the same store where a folder can hold it

@@ -188,11 +188,7 @@ class Database:
         file = Path(path)
         if file.is_dir():
             raise ConfigError(f"{file} is a folder, not a SQLite database file")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        # A new file (password and token hashes, proposals, checkpoints) is its owner's alone;
-        # SQLite gives -wal and -shm the same mode. An existing file keeps its operator's mode.
-        with suppress(FileExistsError):
-            os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        _create_file(file)
         engine = create_engine(
             f"sqlite:///{file}",
             poolclass=QueuePool,
@@ -468,6 +464,23 @@ class SqlStore:
         """Close the database if this store opened it (never a shared one)."""
         if self._owns:
             self.db.close()
+
+
+def _create_file(file: Path) -> None:
+    """Create ``file`` (and its folders) if missing. A new file (password and token hashes,
+    proposals, checkpoints) is its owner's alone; SQLite gives -wal and -shm the same mode; an
+    existing file keeps its operator's mode. A place that cannot hold it (a read-only or full
+    file system, a parent that is a file, no permission) is a ``ConfigError`` naming the file."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileExistsError):
+            os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as err:
+        why = err.strerror or str(err)
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(file) else ""
+        raise ConfigError(
+            f"the SQLite database file {file} cannot be created: {why}{where}; nothing was written"
+        ) from err
 
 
 # SQLite's result codes for a file that is no database (SQLITE_NOTADB) or a damaged one (SQLITE_CORRUPT).
