@@ -78,7 +78,8 @@ def test_a_file_that_is_no_database_is_still_called_so(tmp_path: Path) -> None:
 def test_a_store_in_a_place_that_cannot_hold_it_is_a_clear_error(tmp_path: Path, below: str) -> None:
     plain = tmp_path / "plain"
     plain.write_text("an operator's file, not a folder")
-    with pytest.raises(ConfigError, match=r"SQLite database file .* cannot be created: .*nothing was written"):
+    created = r"SQLite database file .* cannot be created: .*nothing was written"
+    with pytest.raises(ConfigError, match=created):
         Database.sqlite(plain / below)
     assert plain.read_text() == "an operator's file, not a folder"
     Database.sqlite(tmp_path / below).close()  # the same store where a folder can hold it
