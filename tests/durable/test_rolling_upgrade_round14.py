@@ -7,7 +7,9 @@ What did not hold, fixed here and pinned below:
   ``journal_mode`` switch needs the file's lock) was reported as "not a SQLite database file
   (database is locked)": an operator told so may delete or restore a good store during the
   upgrade. It is now said to be held, with the busy timeout, and that nothing was read or
-  written; a file that is no database is still called so.
+  written. A good store opened on a full disk (a write refused: ``disk I/O error``, ``database
+  or disk is full``) was called the same; it is said not to open, with SQLite's words. A file
+  that is no database is still called so.
 - a store file a worker could not create (a read-only or full file system, a parent that is a
   file) came out as the bare ``OSError`` (``FileExistsError: File exists: '.../plain'``), not
   naming the store; it is a ``ConfigError`` naming the file and why, nothing written.
@@ -15,7 +17,10 @@ What did not hold, fixed here and pinned below:
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,3 +88,35 @@ def test_a_store_in_a_place_that_cannot_hold_it_is_a_clear_error(tmp_path: Path,
         Database.sqlite(plain / below)
     assert plain.read_text() == "an operator's file, not a folder"
     Database.sqlite(tmp_path / below).close()  # the same store where a folder can hold it
+
+
+_FULL_DISK = """
+import resource, signal, sys
+from tether.errors import ConfigError
+from tether.sql._database import Database
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+try:
+    Database.sqlite(sys.argv[1]).close()
+except ConfigError as err:
+    print(err)
+"""
+
+
+def test_a_good_store_on_a_full_disk_is_not_called_no_database(tmp_path: Path) -> None:
+    file = tmp_path / "store.db"
+    db = Database.sqlite(file)
+    db.run(lambda conn: conn.exec_driver_sql("CREATE TABLE kept (x INTEGER)"))
+    db.run(lambda conn: conn.exec_driver_sql("INSERT INTO kept VALUES (7)"))
+    db.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    said = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, str(file)], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "not a SQLite database" not in said
+    assert f"{file} cannot be opened as a SQLite database" in said and "nothing was read or written" in said
+    db = Database.sqlite(file)  # room again: the store is as it was
+    try:
+        assert db.snapshot(lambda conn: conn.exec_driver_sql("SELECT x FROM kept").scalars().all()) == [7]
+    finally:
+        db.close()
