@@ -13,6 +13,9 @@ What did not hold, fixed here and pinned below:
 - a store file a worker could not create (a read-only or full file system, a parent that is a
   file) came out as the bare ``OSError`` (``FileExistsError: File exists: '.../plain'``), not
   naming the store; it is a ``ConfigError`` naming the file and why, nothing written.
+- a write a full disk refused said only ``disk I/O error`` (or ``database or disk is full``,
+  ``attempt to write a readonly database``), not which of a deployment's stores; it names the
+  file, as one held past the busy timeout did (same type and SQLite codes).
 """
 
 from __future__ import annotations
@@ -118,5 +121,38 @@ def test_a_good_store_on_a_full_disk_is_not_called_no_database(tmp_path: Path) -
     db = Database.sqlite(file)  # room again: the store is as it was
     try:
         assert db.snapshot(lambda conn: conn.exec_driver_sql("SELECT x FROM kept").scalars().all()) == [7]
+    finally:
+        db.close()
+
+
+_FULL_ON_WRITE = """
+import resource, signal, sys
+from tether.sql._database import Database
+db = Database.sqlite(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (60000, 60000))
+try:
+    db.run(lambda conn: conn.exec_driver_sql("INSERT INTO kept VALUES (?)", ("y" * 100000,)))
+except Exception as err:
+    print(type(err).__name__, "|", err)
+db.run(lambda conn: conn.exec_driver_sql("INSERT INTO kept VALUES (?)", ("small",)))
+"""
+
+
+def test_a_write_the_full_disk_refused_names_the_store(tmp_path: Path) -> None:
+    file = tmp_path / "store.db"
+    db = Database.sqlite(file)
+    db.run(lambda conn: conn.exec_driver_sql("CREATE TABLE kept (x TEXT)"))
+    db.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    said = subprocess.run(
+        [sys.executable, "-c", _FULL_ON_WRITE, str(file)], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    kind, _, words = said.partition(" | ")
+    assert kind == "OperationalError" and str(file) in words  # the driver's type, the store named
+    db = Database.sqlite(file)
+    try:  # the refused write left nothing; the next one, with room, was kept
+        kept = db.snapshot(lambda conn: conn.exec_driver_sql("SELECT x FROM kept").scalars().all())
+        assert kept == ["small"]
     finally:
         db.close()

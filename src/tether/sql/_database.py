@@ -391,15 +391,22 @@ class Database:
         raise AssertionError("unreachable")
 
     def _named(self, err: StatementError | sqlite3.OperationalError) -> BaseException:
-        """The driver's own error; one for a file another writer held names the file (SQLite's
-        says only "database is locked"), as the same type."""
+        """The driver's own error; one for a file another writer held, or one the disk refused
+        (full, read-only, an I/O error), names the file (SQLite's says only "database is locked",
+        "disk I/O error": which of a deployment's stores?), as the same type and codes."""
         orig = _unwrapped(err) if isinstance(err, StatementError) else err
-        if not held(orig) or self.path is None or str(self.path) in str(orig):
+        if self.path is None or str(self.path) in str(orig) or not isinstance(orig, sqlite3.OperationalError):
             return orig
-        named = sqlite3.OperationalError(
-            f"database is locked: {self.path} (another connection held its write lock past the"
-            f" {self.busy_timeout_s:g} s busy timeout)"
-        )
+        if held(orig):
+            said = (
+                f"database is locked: {self.path} (another connection held its write lock past the"
+                f" {self.busy_timeout_s:g} s busy timeout)"
+            )
+        elif getattr(orig, "sqlite_errorcode", 0) & 0xFF in _DISK:
+            said = f"{orig}: {self.path}"
+        else:
+            return orig
+        named = sqlite3.OperationalError(said)
         named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)
         named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")
         return named
@@ -483,6 +490,8 @@ def _create_file(file: Path) -> None:
         ) from err
 
 
+# SQLite's result codes for a file the disk refused: read-only, I/O error, full, cannot be opened.
+_DISK = (8, 10, 13, 14)
 # SQLite's result codes for a file that is no database (SQLITE_NOTADB) or a damaged one (SQLITE_CORRUPT).
 _NOT_A_DATABASE = (26, 11)
 
