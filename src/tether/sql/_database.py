@@ -204,7 +204,9 @@ class Database:
             raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
         except sqlite3.DatabaseError as err:
             engine.dispose()
-            raise ConfigError(_unopened(file, err, busy_timeout_s)) from err
+            if held(err):  # as any store operation's: ``busy``, the file named, ask again
+                raise db._named(err) from None
+            raise ConfigError(_unopened(file, err)) from err
         finally:
             raw.close()
         return db
@@ -496,18 +498,12 @@ _DISK = (8, 10, 13, 14)
 _NOT_A_DATABASE = (26, 11)
 
 
-def _unopened(file: Path, err: sqlite3.DatabaseError, busy_timeout_s: float) -> str:
-    """Why a SQLite file could not be opened, in words that fit: one another connection holds
-    (a worker of any release, a backup in exclusive mode) or one the disk refused is not called
-    "not a SQLite database file" (an operator told so may delete a good store)."""
+def _unopened(file: Path, err: sqlite3.DatabaseError) -> str:
+    """Why a SQLite file could not be opened, in words that fit: one the disk refused (full,
+    read-only) is not called "not a SQLite database file" (an operator told so may delete a
+    good store)."""
     code = getattr(err, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
-    if held(err):
-        return (
-            f"{file} is held by another connection past the {busy_timeout_s:g} s busy timeout"
-            f" ({err}: a worker or tool holding it in exclusive mode); nothing was read or"
-            " written, open it again once that lets go"
-        )
     if primary in _NOT_A_DATABASE or (primary is None and "not a database" in str(err)):
         return f"{file} is not a SQLite database file ({err})"
     return f"{file} cannot be opened as a SQLite database ({err}); nothing was read or written"
