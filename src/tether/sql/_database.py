@@ -204,7 +204,8 @@ class Database:
             raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
         except sqlite3.DatabaseError as err:
             engine.dispose()
-            if held(err):  # as any store operation's: ``busy``, the file named, ask again
+            # Held: as any store operation's (``busy``, the file named, ask again).
+            if isinstance(err, sqlite3.OperationalError) and held(err):
                 raise db._named(err) from None
             raise ConfigError(_unopened(file, err)) from err
         finally:
