@@ -188,11 +188,7 @@ class Database:
         file = Path(path)
         if file.is_dir():
             raise ConfigError(f"{file} is a folder, not a SQLite database file")
-        file.parent.mkdir(parents=True, exist_ok=True)
-        # A new file (password and token hashes, proposals, checkpoints) is its owner's alone;
-        # SQLite gives -wal and -shm the same mode. An existing file keeps its operator's mode.
-        with suppress(FileExistsError):
-            os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        _create_file(file)
         engine = create_engine(
             f"sqlite:///{file}",
             poolclass=QueuePool,
@@ -208,7 +204,10 @@ class Database:
             raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
         except sqlite3.DatabaseError as err:
             engine.dispose()
-            raise ConfigError(f"{file} is not a SQLite database file ({err})") from err
+            # Held: as any store operation's (``busy``, the file named, ask again).
+            if isinstance(err, sqlite3.OperationalError) and held(err):
+                raise db._named(err) from None
+            raise ConfigError(_unopened(file, err)) from err
         finally:
             raw.close()
         return db
@@ -395,15 +394,22 @@ class Database:
         raise AssertionError("unreachable")
 
     def _named(self, err: StatementError | sqlite3.OperationalError) -> BaseException:
-        """The driver's own error; one for a file another writer held names the file (SQLite's
-        says only "database is locked"), as the same type."""
+        """The driver's own error; one for a file another writer held, or one the disk refused
+        (full, read-only, an I/O error), names the file (SQLite's says only "database is locked",
+        "disk I/O error": which of a deployment's stores?), as the same type and codes."""
         orig = _unwrapped(err) if isinstance(err, StatementError) else err
-        if not held(orig) or self.path is None or str(self.path) in str(orig):
+        if self.path is None or str(self.path) in str(orig) or not isinstance(orig, sqlite3.OperationalError):
             return orig
-        named = sqlite3.OperationalError(
-            f"database is locked: {self.path} (another connection held its write lock past the"
-            f" {self.busy_timeout_s:g} s busy timeout)"
-        )
+        if held(orig):
+            said = (
+                f"database is locked: {self.path} (another connection held its write lock past the"
+                f" {self.busy_timeout_s:g} s busy timeout)"
+            )
+        elif getattr(orig, "sqlite_errorcode", 0) & 0xFF in _DISK:
+            said = f"{orig}: {self.path}"
+        else:
+            return orig
+        named = sqlite3.OperationalError(said)
         named.sqlite_errorcode = getattr(orig, "sqlite_errorcode", 5)
         named.sqlite_errorname = getattr(orig, "sqlite_errorname", "SQLITE_BUSY")
         return named
@@ -468,6 +474,40 @@ class SqlStore:
         """Close the database if this store opened it (never a shared one)."""
         if self._owns:
             self.db.close()
+
+
+def _create_file(file: Path) -> None:
+    """Create ``file`` (and its folders) if missing. A new file (password and token hashes,
+    proposals, checkpoints) is its owner's alone; SQLite gives -wal and -shm the same mode; an
+    existing file keeps its operator's mode. A place that cannot hold it (a read-only or full
+    file system, a parent that is a file, no permission) is a ``ConfigError`` naming the file."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileExistsError):
+            os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except OSError as err:
+        why = err.strerror or str(err)
+        where = f" ({err.filename})" if err.filename and str(err.filename) != str(file) else ""
+        raise ConfigError(
+            f"the SQLite database file {file} cannot be created: {why}{where}; nothing was written"
+        ) from err
+
+
+# SQLite's result codes for a file the disk refused: read-only, I/O error, full, cannot be opened.
+_DISK = (8, 10, 13, 14)
+# SQLite's result codes for a file that is no database (SQLITE_NOTADB) or a damaged one (SQLITE_CORRUPT).
+_NOT_A_DATABASE = (26, 11)
+
+
+def _unopened(file: Path, err: sqlite3.DatabaseError) -> str:
+    """Why a SQLite file could not be opened, in words that fit: one the disk refused (full,
+    read-only) is not called "not a SQLite database file" (an operator told so may delete a
+    good store)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in _NOT_A_DATABASE or (primary is None and "not a database" in str(err)):
+        return f"{file} is not a SQLite database file ({err})"
+    return f"{file} cannot be opened as a SQLite database ({err}); nothing was read or written"
 
 
 def _unwrapped(err: StatementError) -> BaseException:
