@@ -203,12 +203,41 @@ def party_handles(
     accounts = [j for j in joined if "@" not in j]
     numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
     handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
+    if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
+        held = [_digits(h) for h in handles]
+        handles.update(
+            dict.fromkeys(f for f in edge_fragments(value) if not any(_digits(f) in d for d in held))
+        )
     return [(h, handle_origins(index, h)) for h in handles]
+
+
+FRAGMENT_DIGITS = 4  # the digits at a write's edge judged as a piece of a number the store may make
+_EDGE_CHARS = 64
+_RUN = re.compile(r"[\d\s()+./_-]*")
+_CENTS_AT_END = re.compile(r"(?<=\d)\.\d\d$")
+
+
+def edge_fragments(value: str) -> list[str]:
+    """The runs of digits ``value``, written to a store, opens or ends with (days and a sum's
+    cents left out), of ``FRAGMENT_DIGITS`` or more: the store joins them with what it already
+    holds or is given later, by earlier or later runs this one never sees (``joined_handles``
+    reads only this run's pieces), so an injected account written one piece a run, or appended
+    to the piece a read of the notes showed, is read back whole as the notes' own. Each is
+    judged where it came from like a number (``handle_origins``)."""
+    text = undated(unfold(value, fold_case=False))
+    head = _RUN.match(text[:_EDGE_CHARS])
+    tail = _RUN.match(text[::-1][:_EDGE_CHARS])
+    out: list[str] = []
+    for run in (head.group(0) if head else "", tail.group(0)[::-1] if tail else ""):
+        raw = _CENTS_AT_END.sub("", " ".join(run.split()).strip(" ()+./_-"))
+        if len(_digits(raw)) >= FRAGMENT_DIGITS and raw not in out:
+            out.append(raw)
+    return out
 
 
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
-    of the accounts (IBAN-shaped) the request or a result holds whose digits hold all of its: a
+    of the accounts (IBAN-shaped) and numbers the request or a result holds whose digits hold all of its: a
     piece of an account (a note of the user's IBAN written in three parts) names no party of its
     own."""
     origins = index.trace(handle, shape_kind(handle))
@@ -217,7 +246,10 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     digits = _digits(handle)
     texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(seg.raw))]
     held = [a for t in texts for a in find_handles(t) if "@" not in a and digits in a]
-    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, "account"))]
+    # A piece of a number a text holds (``edge_fragments``: the listing's account of digits
+    # kept in two appends) is that number's.
+    held += [n for t in texts for n in find_numbers(t) if n != handle and digits in _digits(n)]
+    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
 _NUMERAL = re.compile(r"[\d\s()+./_-]+")
