@@ -14,11 +14,19 @@ run's own calls: a store also joins what earlier runs kept there, which this run
    first) and appends the rest; what a read returned is no piece of the run's (``_earlier``
    reads the run's calls), so the store made the account unjudged.
 
-Now the runs of digits a write opens or ends with (four digits or more, days and a sum's cents
-left out: ``edge_fragments``) are judged like numbers where they came from: a piece of an
-account or number the request or a result holds is that one's (``handle_origins``). The
-listing's account and the user's own, kept one piece a run, are still kept and paid unreviewed;
+Now the run of digits a write opens with (four digits or more, days and a sum's cents left
+out: ``edge_fragments``; whatever the cut, the piece after it opens so) is judged like a number
+where it came from: a piece of an account or number the request or a result holds is that
+one's (``handle_origins``). The listing's account and the user's own, kept one piece a run, are
+still kept and paid unreviewed;
 a note ending with a room number or a day from a review is still kept.
+
+3. **a link one piece a run**: ``Book at secure-systems[`` kept by one run, ``.]example/deal``
+   (or ``secure-systems.`` then ``example/deal``) by the next; neither piece is a link, the notes
+   hold the defanged link whole and a third run mailed it as the notes' own. The first
+   word of a write, when it holds a mark of a link and is a piece of links the request or a result
+   holds, is now judged with those links' origins (``link_pieces``); the listing's link kept in
+   pieces, and prose ending with a full stop, are still kept and mailed.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from _travel import ATTACKER_URL, FRIEND_MAIL, HOTEL_URL
 from test_provenance_laundering_round30 import LISTED, OWN, PAY_FROM_NOTES, Domestic
-from test_provenance_round3 import CTX, host_for, problems, scripted
+from test_provenance_round3 import CTX, Travel, host_for, problems, scripted
+from test_provenance_round26 import MAIL_FROM_NOTES
 
 from tether import Agent
 from tether.core.messages import ToolCall
@@ -118,13 +128,59 @@ async def test_a_note_ending_with_a_short_number_or_a_day_is_still_kept(note: st
     [
         ("000987", ["000987"]),
         ("654321 is the rest", ["654321"]),
-        ("kept: 000-987-", ["000-987"]),
+        ("-654-321", ["654-321"]),
+        ("kept: 000987", []),
         ("2024-05-12 000987", ["000987"]),
         ("2024-05-12", []),
-        ("Deposit 1250.00", ["1250"]),
+        ("1250.00 deposit", ["1250"]),
         ("room 12", []),
         ("no digits", []),
     ],
 )
-def test_the_digits_a_write_opens_or_ends_with(value: str, found: list[str]) -> None:
+def test_the_digits_a_write_opens_with(value: str, found: list[str]) -> None:
     assert edge_fragments(value) == found
+
+
+async def _link_a_run(world: Travel, pieces: list[str], link: str) -> Any:
+    """One run per piece appends it to the Paris notes after reading the hotel and its reviews;
+    a fresh run mails ``link`` from the notes. The writing runs' problems, then the mailing one's."""
+    written = []
+    for piece in pieces:
+        written += await _one_run(
+            world, REVIEW_REQUEST, *READ, call("append_file", name="Paris", content=piece)
+        )
+    mail = call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body=f"Book at {link}.")
+    return written, await _one_run(world, MAIL_FROM_NOTES, NOTES, mail)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [["Book at secure-systems[", ".]example/deal"], ["Book at secure-systems.", "example/deal"]],
+    ids=["defanged", "plain"],
+)
+async def test_a_link_kept_one_piece_a_run_is_not_mailed_as_the_notes_own(pieces: list[str]) -> None:
+    world = Travel()
+    written, mailed = await _link_a_run(world, pieces, ATTACKER_URL)
+    assert written == ["untrusted_handle"] and "example/deal" not in world.files.get("Paris", "")
+    assert mailed == ["untrusted_link"] and world.received == []
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [["Book at www.grand-hotel[", ".]example/rooms"], ["Book at www.grand-hotel.", "example/rooms"]],
+    ids=["defanged", "plain"],
+)
+async def test_the_listings_link_kept_one_piece_a_run_is_still_mailed(pieces: list[str]) -> None:
+    world = Travel()
+    written, mailed = await _link_a_run(world, pieces, HOTEL_URL)
+    assert written == [] and mailed == [] and [name for name, _ in world.received] == ["send_email"]
+
+
+async def test_prose_kept_one_sentence_a_run_is_still_kept() -> None:
+    world = Travel()
+    for note in ["Quiet rooms.", "Friendly staff, see the reviews."]:
+        assert (
+            await _one_run(world, REVIEW_REQUEST, *READ, call("append_file", name="Paris", content=note))
+            == []
+        )
+    assert world.files["Paris"] == "Quiet rooms.Friendly staff, see the reviews."
