@@ -212,9 +212,11 @@ async def test_a_number_a_store_composed_of_pieces_the_run_wrote_is_not_the_addr
         (call("list_contacts"),),
         (call("send_sms", to=ATTACKER_PHONE, body=late),),
     )
-    assert phone.contacts[-1]["phone"] == ATTACKER_PHONE  # the premise: the book holds the number
+    # Since laundering round 31 the contact itself is held: its line (``0199``, four digits the
+    # mail gave) opens a write the book joins with its other boxes (``edge_fragments``).
+    assert ATTACKER_PHONE not in [c["phone"] for c in phone.contacts]
     assert [s["to"] for s in phone.sent] == []
-    assert denied == [["untrusted_origin"]]
+    assert denied == [["untrusted_handle"], ["untrusted_origin"]]
     # The user's own contact of that name, read from the book after the same mail, is still
     # texted unreviewed.
     phone = Phone(INJECTED_MAIL)

@@ -287,7 +287,7 @@ async def test_an_account_appended_in_pieces_and_read_back_is_not_the_stores(siz
         call("read_file", name="Paris"),
         call("pay_deposit", recipient=ATTACKER_IBAN, amount=200.0),
     )
-    assert ATTACKER_IBAN not in world.files["Paris"] and world.received == []
+    assert ATTACKER_IBAN not in world.files.get("Paris", "") and world.received == []
     assert set(problems(result.events)) == {"untrusted_handle", "untrusted_origin"}
     # The hotel's account, copied from the listing into the file and read back, is still the
     # listing's; the user's own account, written in pieces, is still the user's.
@@ -374,7 +374,7 @@ async def test_a_value_a_parent_run_wrote_is_still_its_write_in_the_child_that_r
     result = await run(
         world, agent=_delegating([REVIEWS, *_pieces(ATTACKER_IBAN, 12)], PAY_FROM_FILE), trace_dir=tmp_path
     )
-    assert ATTACKER_IBAN not in world.files["Paris"] and world.received == []
+    assert ATTACKER_IBAN not in world.files.get("Paris", "") and world.received == []
     assert _child_problems(tmp_path, result) == ["untrusted_origin"]
     # The listing's account, stored by the parent and paid by the child, still runs.
     world2 = Travel()
@@ -391,7 +391,7 @@ async def test_a_value_an_earlier_workflow_node_wrote_is_still_its_write_in_the_
         await host.run_workflow(
             _two_nodes([REVIEWS, *_pieces(ATTACKER_IBAN, 12)], PAY_FROM_FILE), REQUEST, context=CTX
         )
-    assert ATTACKER_IBAN not in world.files["Paris"] and world.received == []
+    assert ATTACKER_IBAN not in world.files.get("Paris", "") and world.received == []
     world2 = Travel()
     legit = [call("read_file", name="Paris"), call("pay_deposit", recipient=HOTEL_IBAN, amount=200.0)]
     async with host_for(world2) as host:
@@ -417,7 +417,7 @@ async def test_a_value_a_child_run_wrote_is_still_its_write_for_the_runs_after_i
     then = PAY_FROM_FILE if who == "the parent" else []
     world = Travel()
     await run(world, agent=_siblings([REVIEWS, *_pieces(ATTACKER_IBAN, 12)], PAY_FROM_FILE, then=then))
-    assert ATTACKER_IBAN not in world.files["Paris"] and world.received == []
+    assert ATTACKER_IBAN not in world.files.get("Paris", "") and world.received == []
     # The listing's account, stored by one helper and paid by the next (or the parent), runs.
     world2 = Travel()
     legit = [call("read_file", name="Paris"), call("pay_deposit", recipient=HOTEL_IBAN, amount=200.0)]

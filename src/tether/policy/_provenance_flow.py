@@ -203,12 +203,66 @@ def party_handles(
     accounts = [j for j in joined if "@" not in j]
     numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
     handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
-    return [(h, handle_origins(index, h)) for h in handles]
+    if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
+        held = [_digits(h) for h in handles]
+        handles.update(
+            dict.fromkeys(f for f in edge_fragments(value) if not any(_digits(f) in d for d in held))
+        )
+    found = [(h, handle_origins(index, h)) for h in handles]
+    # A link this write makes with the run's own pieces is judged as that link (``_links``).
+    writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
+    if writes and not joined_links(call, argument, value, rules_of):
+        found += link_pieces(index, value)
+    return found
+
+
+_LINK_MARKS = frozenset(".[]/:@")
+_BRACKETS = str.maketrans("", "", "[]()")
+
+
+def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Origin]]]:
+    """The first word of ``value``, written to a store, when it holds a mark of a link
+    (``.``, ``/``, ``:``, ``@``, a defanging bracket) and are a piece of links the request or a
+    result holds (read without brackets, case folded), with those links' origins: the store
+    joins it with what earlier runs kept before it (``secure-systems[`` kept by one run,
+    ``.]example/deal`` by the next), which ``joined_links`` (this run's pieces) never sees.
+    A word no link holds is no piece of any."""
+    words = value.split()
+    out: list[tuple[str, list[Origin]]] = []
+    for word in words[:1]:
+        core = _bare(word).translate(_BRACKETS).rstrip(",;!?")
+        if len(core.strip(".")) < 3 or not _LINK_MARKS & set(word):
+            continue
+        texts = [index.objective, *(seg.raw for seg in index.segments)]
+        links = [link for t in texts if core in _bare(t).translate(_BRACKETS) for link in find_links(t)]
+        held = [link for link in links if core in _bare(link.raw).translate(_BRACKETS)]
+        if held:
+            out.append((word, [o for link in held for o in index.link_origins(link)]))
+    return out
+
+
+FRAGMENT_DIGITS = 4  # the digits at a write's edge judged as a piece of a number the store may make
+_EDGE_CHARS = 64
+_RUN = re.compile(r"[\d\s()+./_-]*")
+_CENTS_AT_END = re.compile(r"(?<=\d)\.\d\d$")
+
+
+def edge_fragments(value: str) -> list[str]:
+    """The run of digits ``value``, written to a store, opens with (separators before it, a day
+    and a sum's cents left out), of ``FRAGMENT_DIGITS`` or more: the store joins it with what it
+    already holds, kept by earlier runs this one never sees (``joined_handles`` reads only this
+    run's pieces), so an injected account appended one piece a run, or appended to the piece a
+    read of the notes showed, is read back whole as the notes' own. Whatever the cut, the piece
+    after it opens with digits. Judged where it came from like a number (``handle_origins``)."""
+    text = undated(unfold(value, fold_case=False))
+    head = _RUN.match(text[:_EDGE_CHARS])
+    raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(" ()+./_-")) if head else ""
+    return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
 
 
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
-    of the accounts (IBAN-shaped) the request or a result holds whose digits hold all of its: a
+    of the accounts (IBAN-shaped) and numbers the request or a result holds whose digits hold all of its: a
     piece of an account (a note of the user's IBAN written in three parts) names no party of its
     own."""
     origins = index.trace(handle, shape_kind(handle))
@@ -217,7 +271,10 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     digits = _digits(handle)
     texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(seg.raw))]
     held = [a for t in texts for a in find_handles(t) if "@" not in a and digits in a]
-    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, "account"))]
+    # A piece of a number a text holds (``edge_fragments``: the listing's account of digits
+    # kept in two appends) is that number's.
+    held += [n for t in texts for n in find_numbers(t) if n != handle and digits in _digits(n)]
+    return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
 _NUMERAL = re.compile(r"[\d\s()+./_-]+")
