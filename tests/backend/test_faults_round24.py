@@ -20,6 +20,13 @@ Probed, all already honest; pinned here so they stay so:
   with a duplicated key (``{"order_id": "1", "order_id": "742"}``: a policy and a tool could
   read different values), sent whole, streamed, or as Anthropic ``partial_json``, are rejected
   before the tool runs and the run ends flagged (exit 2), never ``ok``.
+
+Fixed here: an Anthropic stream that begins a ``tool_use`` block and then begins another at the
+same index before the first has any input or its ``content_block_stop`` (a proxy that replays a
+start under a new id) was read as two calls: the first ran with no arguments (``{}``), a call the
+model never finished. It is now an unreadable stream (retried, then ``model_error``), as a block
+begun over a call whose input is cut already was; blocks a proxy numbers all 0, each stopped
+before the next begins, are still read one after the other.
 """
 
 from __future__ import annotations
@@ -198,6 +205,17 @@ def arguments(text: str) -> Any:
     return edit
 
 
+def start_again(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: the call's ``content_block_start`` sent again at its index under another id,
+    before any input delta or stop (the input that follows is the second one's)."""
+    out: list[Any] = []
+    for i in items:
+        out.append(i)
+        if i.get("type") == "content_block_start" and i["content_block"]["type"] == "tool_use":
+            out.append({**i, "content_block": {**i["content_block"], "id": "toolu_again"}})
+    return out
+
+
 STREAM = ("stream",)
 NAMED = ("anthropic", "openai-responses")
 CASES = [
@@ -224,6 +242,8 @@ CASES = [
     Case("response_failed_with_output", only(("openai-responses",), faulty_call(responses_end(
         "response.failed", status="failed", error={"code": "server_error", "message": "crashed late"}))),
          False, ("crashed late", "gave up"), modes=STREAM),
+    Case("a_call_begun_again_at_its_index_before_any_input", only(("anthropic",), faulty_call(start_again)),
+         False, ("stream_unreadable", "over a call whose input is not whole", "gave up"), modes=STREAM),
     Case("negative_token_count", faulty_call(counts(-5)), False, ("token count of -5", "gave up")),
     Case("absurd_token_count", faulty_call(counts(10**30)), False, ("token count of", "gave up")),
 ]  # fmt: skip
