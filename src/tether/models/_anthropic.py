@@ -382,9 +382,10 @@ class _Blocks:
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
         index = _block_index(index)
         was = self.at.get(index) if index is not None else None
-        if was is not None and id(was) not in self.stopped and _cut_input(was):
-            # A block begun over a call still open, its input not yet whole JSON: the call's input
-            # was cut, and what follows under the index would be read as whose?
+        if was is not None and id(was) not in self.stopped and (_cut_input(was) or _unbegun_call(was)):
+            # A block begun over a call still open, its input not yet whole JSON (cut), or not
+            # begun at all (the call would run with no arguments, one the model never finished):
+            # what follows under the index would be read as whose?
             why = f"a {block.get('type')} block began at index {index} over a call whose input is not whole"
             raise Retryable("stream_unreadable", why)
         self.order.append(block)
@@ -466,6 +467,11 @@ def _cut_input(block: Mapping[str, Any]) -> bool:
     except ValueError:
         return True
     return False
+
+
+def _unbegun_call(block: Mapping[str, Any]) -> bool:
+    """Whether a tool_use block has no input yet: none in its start, no input delta."""
+    return block.get("type") == "tool_use" and not block.get("_json") and not block.get("input")
 
 
 # The block each delta type belongs to (its type, or how its type ends: a server tool's
