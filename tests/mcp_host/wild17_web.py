@@ -14,7 +14,6 @@ gets each request's method (an ``initialize`` with the version it offers).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from typing import Any
@@ -37,13 +36,7 @@ def app(mode: str, seen: list[str], stop: threading.Event, retry: str = RETRY) -
         protocol_version = "HTTP/1.1"
 
         def _send(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
-            self.send_response(status)
-            headers = {"Content-Type": kind, "Content-Length": str(len(body)), "Mcp-Session-Id": "s17"}
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
+            self.send_body(status, body, kind, Mcp_Session_Id="s17")
 
         def do_GET(self) -> None:
             seen.append("GET")

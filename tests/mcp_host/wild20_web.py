@@ -37,13 +37,7 @@ def app(mode: str, seen: list[str], stop: threading.Event) -> type[Quiet]:
         protocol_version = "HTTP/1.1"
 
         def _send(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
-            self.send_response(status)
-            headers = {"Content-Type": kind, "Content-Length": str(len(body)), "Mcp-Session-Id": SESSION}
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
+            self.send_body(status, body, kind, Mcp_Session_Id=SESSION)
 
         def do_GET(self) -> None:
             seen.append("GET")

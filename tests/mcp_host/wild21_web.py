@@ -8,7 +8,6 @@ an event stream; ``json_batch``: a JSON array holding a log notice and the answe
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from typing import Any
@@ -31,13 +30,7 @@ def app(mode: str, seen: list[str], stop: threading.Event) -> type[Quiet]:
         protocol_version = "HTTP/1.1"
 
         def _send(self, status: int, body: bytes = b"", kind: str = "application/json") -> None:
-            self.send_response(status)
-            headers = {"Content-Type": kind, "Content-Length": str(len(body)), "Mcp-Session-Id": SESSION}
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                self.wfile.write(body)
+            self.send_body(status, body, kind, Mcp_Session_Id=SESSION)
 
         def do_GET(self) -> None:
             seen.append("GET")

@@ -3,6 +3,7 @@ their own (an OTLP receiver, another origin, an endpoint that refuses)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,20 @@ class Quiet(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+    def send_body(
+        self, status: int, body: bytes = b"", kind: str = "application/json", **headers: str
+    ) -> None:
+        """One whole answer: ``status``, ``Content-Type`` ``kind``, its length and ``headers``
+        (``Mcp_Session_Id="s1"`` is sent as ``Mcp-Session-Id``); a client gone is no error."""
+        self.send_response(status)
+        named = {"Content-Type": kind, "Content-Length": str(len(body))}
+        named.update({key.replace("_", "-"): value for key, value in headers.items()})
+        for key, value in named.items():
+            self.send_header(key, value)
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            self.wfile.write(body)
 
 
 @contextmanager
