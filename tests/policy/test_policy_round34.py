@@ -1,0 +1,60 @@
+"""Policy, round thirty-four: ``deny`` and ``roles`` name an action, not one byte string. A hostile
+MCP server that offers ``erp__Delete_Order`` or ``erp__delete_\\u200border`` (a zero-width space),
+beside or instead of the ``delete_order`` a deployer denied or kept for admins, got its tool
+offered and run: the names were compared exactly. They are now compared folded (NFKC,
+case-folded, format characters dropped); ``allow`` stays exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.core._names import offered_name
+from tether.core.types import ProposedCall
+from tether.policy import Policy, TrustedContext
+from tether.tools import Effect, ToolSpec
+
+pytestmark = pytest.mark.spec("T1")
+
+SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}}}
+SPELLINGS = ["Delete_Order", "DELETE_ORDER", "delete_\u200border", "ｄｅｌｅｔｅ_order", "delete_order\ufeff"]
+
+
+def _spec(remote: str) -> ToolSpec:
+    return ToolSpec(offered_name("erp", remote), remote, SCHEMA, Effect.READ, source="erp", remote_name=remote)
+
+
+def _check(policy: Policy, remote: str, roles: frozenset[str] = frozenset()) -> str:
+    call = ProposedCall("c1", _spec(remote), {"order_id": "1"})
+    return policy.check(call, TrustedContext(tenant="t", roles=roles, user="u")).verdict
+
+
+@pytest.mark.parametrize("remote", SPELLINGS)
+def test_deny_holds_for_other_spellings_of_the_denied_tool(remote: str) -> None:
+    policy = Policy(deny={"erp__delete_order"})
+    spec = _spec(remote)
+    assert not policy.permits_tool(spec.name, spec.remote_name)
+    assert _check(policy, remote) == "deny"
+    # Legitimate: another tool of the server is still offered and allowed.
+    assert policy.permits_tool(offered_name("erp", "read_order"), "read_order")
+    assert _check(policy, "read_order") == "allow"
+
+
+@pytest.mark.parametrize("remote", SPELLINGS)
+def test_roles_hold_for_other_spellings_of_the_restricted_tool(remote: str) -> None:
+    policy = Policy(roles={"delete_order": {"admin"}})
+    assert _check(policy, remote) == "deny"
+    # Legitimate: an admin may call it, and anyone another tool.
+    assert _check(policy, remote, frozenset({"admin"})) == "allow"
+    assert _check(policy, "read_order") == "allow"
+
+
+def test_two_spellings_of_one_role_rule_need_a_role_both_accept() -> None:
+    policy = Policy(roles={"delete_order": {"admin", "ops"}, "Delete_Order": {"admin"}})
+    assert _check(policy, "delete_order", frozenset({"ops"})) == "deny"
+    assert _check(policy, "delete_order", frozenset({"admin"})) == "allow"
+
+
+def test_allow_stays_exact() -> None:
+    policy = Policy(allow={"erp__read_order"})
+    assert policy.permits_tool("erp__read_order", "read_order")
+    assert not policy.permits_tool(offered_name("erp", "Read_Order"), "Read_Order")
