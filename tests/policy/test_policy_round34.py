@@ -6,11 +6,17 @@ case-folded, format characters dropped); ``allow`` stays exact."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Annotated
 
+import pytest
+from pydantic import Field
+
+from tether import Agent, Host, Limits, RunResult, StopReason, tool
 from tether.core._names import offered_name
-from tether.core.types import ProposedCall
+from tether.core.messages import AssistantMessage
+from tether.core.types import ProposedCall, ToolCall
 from tether.policy import Policy, TrustedContext
+from tether.testing import ScriptedModel, call
 from tether.tools import Effect, ToolSpec
 
 pytestmark = pytest.mark.spec("T1")
@@ -20,7 +26,9 @@ SPELLINGS = ["Delete_Order", "DELETE_ORDER", "delete_\u200border", "ｄｅｌｅ
 
 
 def _spec(remote: str) -> ToolSpec:
-    return ToolSpec(offered_name("erp", remote), remote, SCHEMA, Effect.READ, source="erp", remote_name=remote)
+    return ToolSpec(
+        offered_name("erp", remote), remote, SCHEMA, Effect.READ, source="erp", remote_name=remote
+    )
 
 
 def _check(policy: Policy, remote: str, roles: frozenset[str] = frozenset()) -> str:
@@ -58,3 +66,50 @@ def test_allow_stays_exact() -> None:
     policy = Policy(allow={"erp__read_order"})
     assert policy.permits_tool("erp__read_order", "read_order")
     assert not policy.permits_tool(offered_name("erp", "Read_Order"), "Read_Order")
+
+
+# -- one turn of many copies of one call -------------------------------------------------------
+# ``max_identical_calls`` was counted after a turn ran: one turn of 32 copies of a refund (the
+# per-turn bound) paid 32 refunds before the run stopped for repetition. A turn that would make a
+# call more often than the bound is now refused whole, before any of it runs.
+
+CTX = TrustedContext(tenant="shop", roles=frozenset())
+
+
+def _refund_host() -> tuple[Host, list[str]]:
+    paid: list[str] = []
+
+    @tool(effect=Effect.WRITE)
+    async def refund(order_id: Annotated[str, Field(description="The order.")]) -> str:
+        """Refund an order."""
+        paid.append(order_id)
+        return "refunded"
+
+    host = Host(policy=Policy(allow={"refund"}, automatic_effects={Effect.READ, Effect.WRITE}))
+    host.add_tools(refund)
+    return host, paid
+
+
+async def _turn(host: Host, *calls: ToolCall) -> RunResult:
+    model = ScriptedModel([AssistantMessage(tool_calls=calls), "done"])
+    return await host.run(
+        Agent(instructions="x", model=model, limits=Limits(max_identical_calls=3)), "q", context=CTX
+    )
+
+
+@pytest.mark.anyio
+async def test_a_turn_of_more_identical_calls_than_the_bound_runs_none() -> None:
+    host, paid = _refund_host()
+    result = await _turn(host, *(call("refund", order_id="742") for _ in range(8)))
+    assert result.stop_reason is StopReason.REPETITION and "none ran" in result.detail
+    assert paid == []
+
+
+@pytest.mark.anyio
+async def test_a_turn_within_the_bound_runs() -> None:
+    host, paid = _refund_host()
+    result = await _turn(
+        host, *(call("refund", order_id="742") for _ in range(3)), call("refund", order_id="9")
+    )
+    assert result.stop_reason is StopReason.ACCEPTED
+    assert sorted(paid) == ["742", "742", "742", "9"]

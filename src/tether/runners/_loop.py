@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -210,6 +211,10 @@ class AgentLoop:
             message = response.message
             if len(message.tool_calls) > self.limits.max_calls_per_turn:
                 raise self._too_many_calls(message)
+            if (why := self.repetition.before(_asked_signatures(message))) is not None:
+                self.tracer.emit(EventKind.REPETITION_DETECTED, detail=why + ": none ran")
+                s.trajectory.append(_text_only(message))
+                raise StopRun(StopReason.REPETITION, why + ": none ran", self._host_answer())
             if (cut := finish_problem(response)) is not None:  # never accepted or acted on as if whole
                 s.trajectory.append(_text_only(message) if message.tool_calls else message)
                 raise StopRun(cut[0], cut[1], message.content)
@@ -573,3 +578,17 @@ def _text_only(message: AssistantMessage) -> AssistantMessage:
     unknown end) as it is kept in the trajectory: its text alone, so a resumed run finds none of
     its calls pending (a checkpoint holding them would run them on ``tether resume``)."""
     return AssistantMessage(content=message.content)
+
+
+def _asked_signatures(message: AssistantMessage) -> list[str]:
+    """The turn's calls as ``call_signature`` reads executed ones, from the model's JSON (a call
+    whose arguments are not a JSON object is refused at intake and counts for nothing here)."""
+    out = []
+    for c in message.tool_calls:
+        try:
+            arguments = json.loads(c.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(arguments, dict):
+            out.append(call_signature(c.name, arguments))
+    return out
