@@ -12,12 +12,14 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Host, Limits, RunResult, StopReason, tool
+from tether.context import ContextConfig, Subagent
 from tether.core._names import offered_name
 from tether.core.messages import AssistantMessage
 from tether.core.types import ProposedCall, ToolCall
 from tether.policy import Policy, TrustedContext
 from tether.testing import ScriptedModel, call
 from tether.tools import Effect, ToolSpec
+from tether.trace import EventKind
 
 pytestmark = pytest.mark.spec("T1")
 
@@ -113,3 +115,41 @@ async def test_a_turn_within_the_bound_runs() -> None:
     )
     assert result.stop_reason is StopReason.ACCEPTED
     assert sorted(paid) == ["742", "742", "742", "9"]
+
+
+# -- a subagent gets no tool its parent lacks ----------------------------------------------------
+# A parent narrowed to ``tools=["read_order"]`` could ask a subagent whose agent names no tools
+# (every tool the policy allows) to do what it could not: the child's ``refund`` ran. A child's
+# tools are now those of its agent that its parent was offered.
+
+
+async def _delegate(child_call: ToolCall) -> tuple[list[str], list[str], RunResult]:
+    host, paid = _refund_host()
+    read: list[str] = []
+
+    @tool
+    async def read_order(order_id: Annotated[str, Field(description="The order.")]) -> str:
+        """Read an order."""
+        read.append(order_id)
+        return "open"
+
+    host.policy = Policy(allow={"refund", "read_order"}, automatic_effects={Effect.READ, Effect.WRITE})
+    host.add_tools(read_order)
+    helper = Subagent("helper", "Does one task.", lambda: Agent("child", ScriptedModel([child_call, "done"])))
+    parent = ScriptedModel([call("helper", task="Refund order 742."), "done"])
+    agent = Agent("parent", parent, tools=["read_order"], context=ContextConfig(subagents=[helper]))
+    return paid, read, await host.run(agent, "Look at order 742.", context=CTX)
+
+
+@pytest.mark.anyio
+async def test_a_subagent_cannot_use_a_tool_its_parent_was_not_offered() -> None:
+    paid, _, result = await _delegate(call("refund", order_id="742"))
+    assert paid == []
+    children = [e for e in result.events if e.kind is EventKind.SUBAGENT_FINISHED]
+    assert children
+
+
+@pytest.mark.anyio
+async def test_a_subagent_uses_the_tools_its_parent_has() -> None:
+    paid, read, result = await _delegate(call("read_order", order_id="742"))
+    assert result.stop_reason is StopReason.ACCEPTED and paid == [] and read == ["742"]

@@ -111,7 +111,7 @@ class AgentLoop:
         run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
         # Callbacks close over what they need, not ``self``: no reference cycle outlives the run.
-        tracer, state = self.tracer, self.state
+        tracer, state, offered = self.tracer, self.state, tuple(s.name for s in self.offered)
         self.engine = ContextEngine(
             agent.context,
             instructions=agent.instructions,
@@ -126,7 +126,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state, call_id),
+                _ChildRuns(host, state, call_id, offered),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -567,9 +567,12 @@ class _ChildRuns:
     host: Host
     parent: RunState
     call_id: str
+    offered: tuple[str, ...] = ()  # the parent's tools: a subagent gets no tool its parent lacks
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
+        wanted = self.offered if agent.tools is None else agent.tools
+        agent = replace(agent, tools=[n for n in wanted if n in self.offered])
         return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
 
 
