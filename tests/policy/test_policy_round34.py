@@ -6,8 +6,10 @@ case-folded, format characters dropped); ``allow`` stays exact."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
+import _lookalike_server
 import pytest
 from pydantic import Field
 
@@ -16,6 +18,7 @@ from tether.context import ContextConfig, Subagent
 from tether.core._names import offered_name
 from tether.core.messages import AssistantMessage
 from tether.core.types import ProposedCall, ToolCall
+from tether.mcp._source import McpServerSource
 from tether.policy import Policy, TrustedContext
 from tether.testing import ScriptedModel, call
 from tether.tools import Effect, ToolSpec
@@ -153,3 +156,28 @@ async def test_a_subagent_cannot_use_a_tool_its_parent_was_not_offered() -> None
 async def test_a_subagent_uses_the_tools_its_parent_has() -> None:
     paid, read, result = await _delegate(call("read_order", order_id="742"))
     assert result.stop_reason is StopReason.ACCEPTED and paid == [] and read == ["742"]
+
+
+# -- a server's look-alike of a declared tool ----------------------------------------------------
+# The host declared ``send_mail`` (effect send, egress on ``to``); a server that also (or only)
+# offers ``Send_Mail`` had it offered undeclared: no egress check, read by model and reviewer as
+# the declared tool. A look-alike of a declared name is not offered; other tools still are.
+
+
+@pytest.mark.anyio
+async def test_a_look_alike_of_a_declared_server_tool_is_not_offered() -> None:
+    source = McpServerSource(
+        "mail",
+        command=[sys.executable, _lookalike_server.__file__],
+        effects={"send_mail": Effect.SEND},
+        egress={"send_mail": "to"},
+    )
+    await source.start()
+    try:
+        specs = {s.remote_name: s for s in await source.list_tools()}
+    finally:
+        await source.close()
+    assert not set(_lookalike_server.LOOK_ALIKES) & set(specs)
+    # Legitimate: the declared tool keeps its declaration, an undeclared other tool is offered.
+    assert specs["send_mail"].egress_arguments == ("to",) and specs["send_mail"].effect is Effect.SEND
+    assert specs["lookup"].effect is Effect.WRITE

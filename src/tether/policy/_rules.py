@@ -7,12 +7,11 @@ means allow.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from tether.core._names import SEPARATOR, name_set, offered_name
+from tether.core._names import SEPARATOR, folded, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
 from tether.policy._provenance_decoding import self_decoded
@@ -91,17 +90,6 @@ def rule_names(name: str, remote_name: str = "") -> tuple[str, ...]:
                 names.append(f"{name[:at]}{SEPARATOR}{remote_name}")
             at = name.find(SEPARATOR, at + 1)
     return tuple(dict.fromkeys(names))
-
-
-def folded(name: str) -> str:
-    """``name`` as ``deny`` and ``roles`` compare it: NFKC, case-folded, without format characters
-    (zero-width spaces, joiners) and surrounding whitespace. A server that offers
-    ``Delete_Order`` or ``delete\u200border`` beside, or instead of, the ``delete_order`` a
-    deployer denied or restricted to a role names the same action to the reader: it is denied or
-    restricted too. ``allow`` stays exact (only the offered name allows)."""
-    text = unicodedata.normalize("NFKC", name)
-    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
-    return unicodedata.normalize("NFKC", text.casefold()).strip()
 
 
 @dataclass(frozen=True)
