@@ -17,6 +17,7 @@ from tether import Agent, Host, Limits, RunResult, StopReason, tool
 from tether.context import ContextConfig, Subagent
 from tether.core._names import offered_name
 from tether.core.messages import AssistantMessage
+from tether.core.ratelimit import TokenBucket
 from tether.core.types import ProposedCall, ToolCall
 from tether.mcp._source import McpServerSource
 from tether.policy import Policy, TrustedContext
@@ -181,3 +182,23 @@ async def test_a_look_alike_of_a_declared_server_tool_is_not_offered() -> None:
     # Legitimate: the declared tool keeps its declaration, an undeclared other tool is offered.
     assert specs["send_mail"].egress_arguments == ("to",) and specs["send_mail"].effect is Effect.SEND
     assert specs["lookup"].effect is Effect.WRITE
+
+
+# -- a tool's own rate limit and its source's ---------------------------------------------------
+# With a bucket for a tool and one for its source, a call took only the tool's: calls to a tool
+# given a wider bucket of its own escaped the source's limit (the upstream's). Both are taken.
+
+
+@pytest.mark.anyio
+async def test_a_tools_own_bucket_does_not_escape_its_sources_bucket() -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    host, paid = _refund_host()
+    wide, upstream = TokenBucket(rate=100.0, burst=100), TokenBucket(rate=1.0, burst=1, sleep=sleep)
+    host.rate_limits = {"refund": wide, host.local.name: upstream}
+    result = await _turn(host, call("refund", order_id="1"), call("refund", order_id="2"))
+    assert result.stop_reason is StopReason.ACCEPTED and sorted(paid) == ["1", "2"]
+    assert upstream.acquired == 2 and wide.acquired == 2 and waits
