@@ -510,8 +510,11 @@ class HostCore:
                 obs, limit=spec.max_result_chars, trust=harness.trust(spec.name), labeler=self.labeler
             ), crash
         source = self._specs[spec.name][1]
-        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
-        waited = await bucket.acquire() if bucket is not None else 0.0
+        # The tool's bucket and its source's both: a tool with a bucket of its own is still one of
+        # the source's calls (a server's limit is not escaped by calling a tool with a wider one).
+        waited = 0.0
+        for bucket in {id(b): b for k in (spec.name, source.name) if (b := self.rate_limits.get(k))}.values():
+            waited += await bucket.acquire()
         now = self.clock()
         try:
             output = await source.call(spec, arguments, context)

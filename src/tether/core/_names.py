@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["MAX_TOOL_NAME", "SEPARATOR", "is_agent_file", "name_set", "offered_name", "repeated"]
+__all__ = ["MAX_TOOL_NAME", "SEPARATOR", "folded", "is_agent_file", "name_set", "offered_name", "repeated"]
 
 
 def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
@@ -24,6 +25,16 @@ def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
         if not isinstance(name, str):
             raise TypeError(f"{what} must hold strings, not {type(name).__name__} ({name!r})")
     return names
+
+
+def folded(name: str) -> str:
+    """``name`` as names a deployer declares for tools (``deny``, ``roles``, a server's declared
+    effects, targets and egress) are compared: NFKC, case-folded, without format characters
+    (zero-width spaces, joiners) and surrounding whitespace. A server's ``Delete_Order`` or
+    ``delete_<zero-width space>order`` names, to its reader, the ``delete_order`` denied."""
+    text = unicodedata.normalize("NFKC", name)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return unicodedata.normalize("NFKC", text.casefold()).strip()
 
 
 def repeated(names: Iterable[str]) -> list[str]:

@@ -90,6 +90,16 @@ class RepetitionDetector:
         self.turns: list[tuple[str, ...]] = []
         self.calls: Counter[str] = Counter()
 
+    def before(self, signatures: list[str]) -> str | None:
+        """Whether a turn's calls, before any runs, would make one identical call more often than
+        ``max_identical_calls`` (with the run's earlier ones): a turn of many copies of one call
+        (parallel refunds) is refused whole, not stopped after all of them ran."""
+        turn = Counter(signatures)
+        for sig, n in turn.items():
+            if self.calls[sig] + n > self.max_identical_calls:
+                return f"identical call asked {self.calls[sig] + n} times: {sig[:200]}"
+        return None
+
     def observe(self, signatures: list[str]) -> str | None:
         """Record one turn's calls; returns a description when a repetition is detected."""
         turn = tuple(sorted(signatures))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from tether.core._names import folded
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.errors import ConfigError, DependencyUnavailable, ToolInputError, UpstreamError
 from tether.mcp._calling import CapabilityBlocked, InputPending, call_tool, guarded
@@ -497,7 +498,8 @@ class McpServerSource:
         self._listed_at_connect = False
         specs = []
         for remote, d in sorted(self.listing.pinned.items()):
-            if remote in self.blocked or (self.allow_tools is not None and remote not in self.allow_tools):
+            allowed = self.allow_tools is None or remote in self.allow_tools
+            if remote in self.blocked or not allowed or self._look_alike(remote):  # (read as declared)
                 continue
             # The host's declaration wins over the server's annotations; undeclared = side-effecting.
             specs.append(
@@ -522,6 +524,11 @@ class McpServerSource:
             self._quarantine(refused)
             return []
         return specs
+
+    def _look_alike(self, remote: str) -> bool:
+        """Whether ``remote`` is undeclared but reads as a declared tool (``Send_Mail``, ``send_mail``)."""
+        declared = {*self.effects, *self.targets, *self.egress}  # (see core._names.folded)
+        return remote not in declared and folded(remote) in {folded(n) for n in declared}
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Check arguments against the pinned input schema. Raises ``ToolInputError``."""

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from tether.core._names import SEPARATOR, name_set, offered_name
+from tether.core._names import SEPARATOR, folded, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
 from tether.policy._provenance_decoding import self_decoded
@@ -59,13 +59,13 @@ class Allowlist:
     def __post_init__(self) -> None:
         if self.allow is not None:
             object.__setattr__(self, "allow", name_set(self.allow, what="allow"))
-        object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
+        object.__setattr__(self, "deny", frozenset(folded(n) for n in name_set(self.deny, what="deny")))
 
     def permits(self, tool_name: str, *, harness: bool = False, remote_name: str = "") -> bool:
         """``deny`` matches any name a deployer may write for the tool (``rule_names``: a deployer
         who writes ``delete_order`` for ``erp__delete_order`` gets the denial); ``allow`` only the
         offered name, so no other source's tool of that name is allowed by it."""
-        if not self.deny.isdisjoint(rule_names(tool_name, remote_name)):
+        if not self.deny.isdisjoint(folded(n) for n in rule_names(tool_name, remote_name)):
             return False
         return self.allow is None or harness or tool_name in self.allow
 
@@ -101,8 +101,16 @@ class RoleRequirement:
     required: Mapping[str, frozenset[str]]
     name: str = "roles"
 
+    def __post_init__(self) -> None:
+        by_name: dict[str, frozenset[str]] = {}
+        for tool, roles in self.required.items():
+            key = folded(tool)
+            # Two spellings of one name (``Delete_Order``, ``delete_order``): a role both accept.
+            by_name[key] = by_name[key] & frozenset(roles) if key in by_name else frozenset(roles)
+        object.__setattr__(self, "required", by_name)
+
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        for key in rule_names(call.spec.name, call.spec.remote_name):
+        for key in dict.fromkeys(folded(n) for n in rule_names(call.spec.name, call.spec.remote_name)):
             needed = self.required.get(key)
             if needed is not None and not (needed & context.roles):
                 return Decision(

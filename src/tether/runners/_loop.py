@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -110,7 +111,7 @@ class AgentLoop:
         run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
         # Callbacks close over what they need, not ``self``: no reference cycle outlives the run.
-        tracer, state = self.tracer, self.state
+        tracer, state, offered = self.tracer, self.state, tuple(s.name for s in self.offered)
         self.engine = ContextEngine(
             agent.context,
             instructions=agent.instructions,
@@ -125,7 +126,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state, call_id),
+                _ChildRuns(host, state, call_id, offered),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -210,6 +211,10 @@ class AgentLoop:
             message = response.message
             if len(message.tool_calls) > self.limits.max_calls_per_turn:
                 raise self._too_many_calls(message)
+            if (why := self.repetition.before(_asked_signatures(message))) is not None:
+                self.tracer.emit(EventKind.REPETITION_DETECTED, detail=why + ": none ran")
+                s.trajectory.append(_text_only(message))
+                raise StopRun(StopReason.REPETITION, why + ": none ran", self._host_answer())
             if (cut := finish_problem(response)) is not None:  # never accepted or acted on as if whole
                 s.trajectory.append(_text_only(message) if message.tool_calls else message)
                 raise StopRun(cut[0], cut[1], message.content)
@@ -562,9 +567,12 @@ class _ChildRuns:
     host: Host
     parent: RunState
     call_id: str
+    offered: tuple[str, ...] = ()  # the parent's tools: a subagent gets no tool its parent lacks
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
+        wanted = self.offered if agent.tools is None else agent.tools
+        agent = replace(agent, tools=[n for n in wanted if n in self.offered])
         return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
 
 
@@ -573,3 +581,17 @@ def _text_only(message: AssistantMessage) -> AssistantMessage:
     unknown end) as it is kept in the trajectory: its text alone, so a resumed run finds none of
     its calls pending (a checkpoint holding them would run them on ``tether resume``)."""
     return AssistantMessage(content=message.content)
+
+
+def _asked_signatures(message: AssistantMessage) -> list[str]:
+    """The turn's calls as ``call_signature`` reads executed ones, from the model's JSON (a call
+    whose arguments are not a JSON object is refused at intake and counts for nothing here)."""
+    out = []
+    for c in message.tool_calls:
+        try:
+            arguments = json.loads(c.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(arguments, dict):
+            out.append(call_signature(c.name, arguments))
+    return out
