@@ -127,7 +127,9 @@ async def test_a_turn_within_the_bound_runs() -> None:
 # tools are now those of its agent that its parent was offered.
 
 
-async def _delegate(child_call: ToolCall) -> tuple[list[str], list[str], RunResult]:
+async def _delegate(
+    child_call: ToolCall, child_tools: list[str] | None = None
+) -> tuple[list[str], list[str], RunResult]:
     host, paid = _refund_host()
     read: list[str] = []
 
@@ -139,7 +141,8 @@ async def _delegate(child_call: ToolCall) -> tuple[list[str], list[str], RunResu
 
     host.policy = Policy(allow={"refund", "read_order"}, automatic_effects={Effect.READ, Effect.WRITE})
     host.add_tools(read_order)
-    helper = Subagent("helper", "Does one task.", lambda: Agent("child", ScriptedModel([child_call, "done"])))
+    child = lambda: Agent("child", ScriptedModel([child_call, "done"]), tools=child_tools)  # noqa: E731
+    helper = Subagent("helper", "Does one task.", child)
     parent = ScriptedModel([call("helper", task="Refund order 742."), "done"])
     agent = Agent("parent", parent, tools=["read_order"], context=ContextConfig(subagents=[helper]))
     return paid, read, await host.run(agent, "Look at order 742.", context=CTX)
@@ -151,6 +154,13 @@ async def test_a_subagent_cannot_use_a_tool_its_parent_was_not_offered() -> None
     assert paid == []
     children = [e for e in result.events if e.kind is EventKind.SUBAGENT_FINISHED]
     assert children
+
+
+@pytest.mark.anyio
+async def test_a_subagent_that_names_its_tools_has_them() -> None:
+    # A deployer's specialist: the child's own list is its tools (the policy still judges each).
+    paid, _, result = await _delegate(call("refund", order_id="742"), child_tools=["refund"])
+    assert result.stop_reason is StopReason.ACCEPTED and paid == ["742"]
 
 
 @pytest.mark.anyio

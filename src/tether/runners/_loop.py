@@ -567,12 +567,13 @@ class _ChildRuns:
     host: Host
     parent: RunState
     call_id: str
-    offered: tuple[str, ...] = ()  # the parent's tools: a subagent gets no tool its parent lacks
+    offered: tuple[str, ...] = ()  # the parent's tools: what a subagent that names none gets
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
-        wanted = self.offered if agent.tools is None else agent.tools
-        agent = replace(agent, tools=[n for n in wanted if n in self.offered])
+        if agent.tools is None:  # names none: its parent's, never every tool the host has
+            agent = replace(agent, tools=list(self.offered))
+        # A subagent that names its tools (a deployer's specialist) has those: the policy holds.
         return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
 
 
