@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from tether_testing.handwritten import stdin_requests
+
 DEATH = os.environ.get("W19_DEATH", "exit")
 out = sys.stdout.buffer
 TOOLS = [
@@ -69,10 +71,5 @@ def answer(ident: Any, method: str, params: dict[str, Any]) -> None:
     send({"jsonrpc": "2.0", "id": ident, "result": result})
 
 
-for raw in sys.stdin.buffer:
-    try:
-        message = json.loads(raw)
-    except ValueError:
-        continue
-    if isinstance(message, dict) and "id" in message and "method" in message:
-        answer(message["id"], message["method"], message.get("params") or {})
+for ident, method, params in stdin_requests():
+    answer(ident, method, params)

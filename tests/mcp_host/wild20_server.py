@@ -10,6 +10,8 @@ import json
 import sys
 from typing import Any
 
+from tether_testing.handwritten import stdin_requests
+
 out = sys.stdout.buffer
 UNREADABLE = "Parse error: unexpected token at column 12"
 TOOLS = [
@@ -50,13 +52,8 @@ def answer(ident: Any, method: str, params: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    for raw in sys.stdin.buffer:
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and "id" in message and "method" in message:
-            answer(message["id"], message["method"], message.get("params") or {})
+    for ident, method, params in stdin_requests():
+        answer(ident, method, params)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import json
 import sys
 from typing import Any
 
+from tether_testing.handwritten import stdin_requests
+
 out = sys.stdout.buffer
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 LOOKUP = {"type": "object", "properties": {"key": {"type": "string"}}}
@@ -95,13 +97,8 @@ def answer(ident: Any, method: str, params: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    for raw in sys.stdin.buffer:
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and "id" in message and "method" in message:
-            answer(message["id"], message["method"], message.get("params") or {})
+    for ident, method, params in stdin_requests():
+        answer(ident, method, params)
 
 
 if __name__ == "__main__":

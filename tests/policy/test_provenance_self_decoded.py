@@ -24,6 +24,7 @@ from _travel import ATTACKER_URL, HOTEL_URL
 from pydantic import Field
 from test_provenance_laundering_round30 import ACCOUNT, LISTED, Importing, _keep_then_pay
 from test_provenance_round3 import run
+from test_provenance_round30 import b64
 
 from tether import Effect, tool
 from tether.policy._provenance_decoding import self_decoded
@@ -35,10 +36,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
 
 
 _WORD = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
