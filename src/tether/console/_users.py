@@ -248,6 +248,15 @@ class AuditEntry:
     client: str = ""
 
 
+# An audit entry's short fields, in characters (``_kept``): a path names an action and a target.
+AUDIT_FIELD = 256
+
+
+def _kept(text: str) -> str:
+    """``text``, or past ``AUDIT_FIELD`` characters its start and its whole length."""
+    return text if len(text) <= AUDIT_FIELD else f"{text[: AUDIT_FIELD - 40]}… [cut: {len(text)} characters]"
+
+
 # The address of the request being served (set by ``Guard``): every audit entry records it.
 CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
 
@@ -543,27 +552,18 @@ class UserStore:
         """Append an entry; ``client`` defaults to the address of the request being served. A
         refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
         a minute is counted, and audited only at each power of two (its entry says the count).
-        The kind is the outcome, never the action: a client names the action (in a path)."""
+        The kind is the outcome, never the action: a client names the action (in a path), ``_kept``."""
         where = CLIENT.get() if client is None else client
         if outcome.startswith("refused:"):
             note = self._refusal_note(actor, outcome)
             if note is None:
                 return
             detail = f"{note}; {detail}" if note and detail else note or detail
+        named = [_kept(text) for text in (actor, action, tenant, target, content_hash, outcome)]
         self._write(
             "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                _now().isoformat(timespec="microseconds"),
-                actor,
-                action,
-                tenant,
-                target,
-                content_hash,
-                outcome,
-                detail[:2000],
-                where[:200],
-            ),
+            (_now().isoformat(timespec="microseconds"), *named, detail[:2000], where[:200]),
         )
 
     def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
