@@ -30,19 +30,23 @@ Probed, all already honest; pinned here so they stay so:
   ``output_item.done`` sent twice, or ``function_call_arguments.done`` after it;
 - faults: a 200 whose JSON is no answer and no error object of any protocol (``{"detail": …}``,
   ``{"message": …}``, ``null``, a string), whole or to a stream request: retried, then a model
-  error naming what came.
+  error naming what came; a connection reset (RST, not FIN) right after the headers, after the
+  first events, or after a complete call before the finish: retried, then a model error, the
+  call never run.
 """
 
 from __future__ import annotations
 
+import socket
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case
-from test_faults_round24 import faulty_call
+from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, Make, case_params, good, only, run_case
+from test_faults_round24 import call_done_at, faulty_call
 
-from tether_testing.fake_server import Reply
+from tether_testing.fake_server import FakeChatServer, Reply
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
@@ -231,3 +235,70 @@ def test_a_round25_fault_ends_honestly_and_a_quirk_is_accepted(
     for piece in case.said:
         assert piece in out["message"], out["message"]
     assert "Traceback" not in out["message"]
+
+
+RESET = b"\x00reset\x00"  # where a body piece holds it, the server resets the connection there
+
+
+class _Resetting:
+    """A stream writer that resets the connection (RST, not FIN) where a piece holds ``RESET``,
+    after writing what came before it: a balancer or server that died mid-answer."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def write(self, data: bytes) -> None:
+        if RESET not in data:
+            self.writer.write(data)
+            return
+        self.writer.write(data.split(RESET)[0])
+        sock = self.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.writer.transport.abort()
+        raise ConnectionResetError("reset on purpose")
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+
+def resetting(base: type[FakeChatServer]) -> type[FakeChatServer]:
+    class Resetting(base):  # type: ignore[valid-type,misc]
+        async def _answer(self, writer: Any, request: dict[str, Any], reply: Reply) -> bool:
+            return bool(await super()._answer(_Resetting(writer), request, reply))
+
+    return Resetting
+
+
+RESETTING = {provider: resetting(server) for provider, server in SERVERS.items()}
+
+
+def reset_at(where: str) -> Any:
+    def edit(p: str, s: bool, items: list[Any]) -> list[Any]:
+        if where == "after_the_headers":
+            return [RESET]
+        return [*items[: call_done_at(p, items) if where == "after_a_complete_call" else 2], RESET]
+
+    return edit
+
+
+RESETS = [
+    Case("reset_after_the_headers", faulty_call(reset_at("after_the_headers")), False,
+         ("ReadError", "gave up")),
+    Case("reset_after_the_first_events", faulty_call(reset_at("after_the_first_events")), False,
+         ("ReadError", "gave up"), modes=STREAM),
+    Case("reset_after_a_complete_call", faulty_call(reset_at("after_a_complete_call")), False,
+         ("ReadError", "gave up"), modes=STREAM),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), case_params(RESETS))
+def test_a_connection_reset_mid_answer_is_retried_and_the_call_never_runs(
+    tmp_path: Path, case: Case, provider: str, mode: str, transport: str
+) -> None:
+    code, out, requests, _ = run_case(tmp_path, provider, case, mode, transport, servers=RESETTING)
+    assert (code, out["stop_reason"], requests, out["calls"]) == (7, "model_error", 2, []), out
+    for piece in case.said:
+        assert piece in out["message"], out["message"]
