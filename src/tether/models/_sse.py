@@ -210,10 +210,9 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
     lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a blank
     line; comments and other fields (``id:``, ``retry:``) and a byte-order mark at the start are
     skipped; an event named ``error`` (``event: error``) is yielded as ``ErrorData``, with or
-    without data. At the end
-    of the body an unfinished event is still yielded (a cut one then fails to parse). More than
-    ``limit`` bytes in all is a ``ModelError``. Blocks that end no line are joined once one does
-    (a huge event in small blocks is copied once)."""
+    without data. At the end of the body an unfinished event is still yielded (a cut one then
+    fails to parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks that end no
+    line are joined once one does (a huge event in small blocks is copied once)."""
     pending = b""
     unended: list[bytes] = []  # blocks since the last line end
     data: list[bytes] = []
