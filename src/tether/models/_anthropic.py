@@ -393,8 +393,15 @@ class _Blocks:
         return block
 
     def stop(self, index: object) -> None:
-        if (block := self.at.get(_block_index(index))) is not None:
+        """A block said whole. A stop for an index no block began (its ``content_block_start``
+        and deltas lost: a proxy that dropped events) is an unreadable stream: the answer read
+        so far lacks that block (before: passed over, the rest accepted as the whole answer). A
+        stop without an index (a proxy that drops them) says nothing of which block."""
+        block = self.at.get(at := _block_index(index))
+        if block is not None:
             self.stopped.add(id(block))
+        elif at is not None:
+            raise Retryable("stream_unreadable", f"a content_block_stop for block {at}, never started")
 
     def delta(self, event: Mapping[str, Any], on_delta: Any) -> None:
         index = _block_index(event.get("index"))

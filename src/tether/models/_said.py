@@ -68,13 +68,34 @@ class _Said:
         return key
 
     def piece(self, into: dict[object, list[str]], event: Mapping[str, Any], delta: object) -> None:
+        """A delta of an item's text, arguments, refusal or summary. One for an item its
+        ``output_item.done`` already gave whole (a proxy that replays or reorders events) is a
+        garbled stream, as an Anthropic delta after its block's stop is: the item as done is not
+        what the stream said (before: argument pieces after it were passed over, the call run
+        with the done arguments; text ones made it garbled only where the done item listed text).
+        So is one numbered for an item of another type (text for a ``function_call``, arguments
+        for a ``message``), as an Anthropic delta for a block of another type is: which item's
+        are the pieces (before: passed over, or the call's arguments dropped)?"""
         if isinstance(delta, str) and delta:
-            key = self.key(event)
+            key, kind = self.key(event), self._kind(into)
+            if key in self.done:
+                why = f"a delta of {kind} for output item {key!r} after its output_item.done"
+                raise Retryable("stream_unreadable", why[:300])
+            self._fits(key, kind, self.added.get(key))
             into.setdefault(key, []).append(delta)
-            self.parts.setdefault((self._kind(into), key, _part(event)), []).append(delta)
+            self.parts.setdefault((kind, key, _part(event)), []).append(delta)
             streamed(delta)
 
+    def _fits(self, key: object, kind: str, item: object) -> None:
+        """Pieces of ``kind`` said for the item at ``key`` must be of its type (none stated: any)."""
+        itype = item.get("type") if isinstance(item, dict) else None
+        if isinstance(itype, str) and itype and itype != _DELTA_ITEMS[kind]:
+            why = f"a delta of {kind} for output item {key!r}, a {itype} item"
+            raise Retryable("stream_unreadable", why[:300])
+
     def _kind(self, into: dict[object, list[str]]) -> str:
+        if into is self.arguments:
+            return "arguments"
         return "text" if into is self.text else "refusal" if into is self.refusal else "thought"
 
     def part_done(self, kind: str, event: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -122,6 +143,9 @@ class _Said:
             key = self._reused(event.get("output_index"), key)
         if into is self.done and isinstance(item, dict):
             _same_item(self.added.get(key), item)
+        for kind in _DELTA_ITEMS:  # pieces said at that index before the item was added, or done
+            if getattr(self, kind).get(key):
+                self._fits(key, kind, item)
         into[key] = item
         return item
 
@@ -186,6 +210,8 @@ class _Said:
         return ["".join(pieces[key])] if key in pieces else []
 
 
+# The item type each kind of delta belongs to (``_Said.piece``).
+_DELTA_ITEMS = {"text": "message", "refusal": "message", "arguments": "function_call", "thought": "reasoning"}
 # The events that say a part is done: the field that holds its text, and what it is said into.
 _DONE_FIELDS = {
     "response.output_text.done": ("text", "text"),

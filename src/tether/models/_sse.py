@@ -189,7 +189,9 @@ async def blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
 class ErrorData(bytes):
     """The data of an event named ``error`` (``event: error``): the server says the stream
     failed, whether or not the data carries the protocol's own error marker (a proxy's or a
-    framework's error event: ``{"message": ...}``, plain text)."""
+    framework's error event: ``{"message": ...}``, plain text), or any data at all (an event
+    with no ``data:`` line, which the standard would not dispatch, is still the server's word
+    that the stream failed: both official SDKs dispatch it and fail on it; empty ``ErrorData``)."""
 
 
 def named_error(payload: bytes, failures: Failures) -> Exception:
@@ -207,10 +209,10 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
     decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard says:
     lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a blank
     line; comments and other fields (``id:``, ``retry:``) and a byte-order mark at the start are
-    skipped; an event named ``error`` (``event: error``) is yielded as ``ErrorData``. At the end
-    of the body an unfinished event is still yielded (a cut one then fails to parse). More than
-    ``limit`` bytes in all is a ``ModelError``. Blocks that end no line are joined once one does
-    (a huge event in small blocks is copied once)."""
+    skipped; an event named ``error`` (``event: error``) is yielded as ``ErrorData``, with or
+    without data. At the end of the body an unfinished event is still yielded (a cut one then
+    fails to parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks that end no
+    line are joined once one does (a huge event in small blocks is copied once)."""
     pending = b""
     unended: list[bytes] = []  # blocks since the last line end
     data: list[bytes] = []
@@ -239,13 +241,15 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
                     joined = data[0] if len(data) == 1 else b"\n".join(data)
                     yield ErrorData(joined) if named else joined
                     data = []
+                elif named:  # an error event with no data still says the stream failed (``ErrorData``)
+                    yield ErrorData(b"")
                 named = False  # the event's type ends with it (dispatched or not)
             elif line.startswith(b"event:"):
                 named = line[6:].strip() == b"error"
     pending = b"".join((pending, *unended))
     if pending.startswith(b"data:"):
         data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
-    if data:
+    if data or named:
         yield ErrorData(b"\n".join(data)) if named else b"\n".join(data)
 
 
