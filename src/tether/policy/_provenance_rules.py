@@ -227,7 +227,7 @@ class ProvenanceRules:
                 # The rest of what the tool receives (another attachment, an event's text) is no
                 # target, but text it carries on: links and addresses in it are judged as content's.
                 carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
-                for leaf in _outside_keys(value, rule.keys):
+                for leaf in _outside_keys(value, rule):
                     shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             for problem in confidential_flow(index, {arg: value}, properties, rules.no_flow):
                 out.worse("approve", problem)
@@ -443,7 +443,7 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
         def walk(v: Any) -> None:
             if isinstance(v, Mapping):
                 for k, item in v.items():
-                    if k in rule.keys and item is not None:
+                    if rule.under_key(k) and item is not None:
                         found.extend(split_values(item))
                     else:
                         walk(item)
@@ -459,14 +459,15 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     return list(split_values(value, schema))
 
 
-def _outside_keys(value: Any, keys: Sequence[str]) -> list[str]:
-    """Every scalar and mapping key of ``value`` that stands under none of ``keys``."""
+def _outside_keys(value: Any, rule: ArgumentRule) -> list[str]:
+    """Every scalar and mapping key of ``value`` that stands under none of the rule's ``keys``
+    (however a server spells them: ``ArgumentRule.under_key``)."""
     found: list[str] = []
 
     def walk(v: Any) -> None:
         if isinstance(v, Mapping):
             for k, item in v.items():
-                if k not in keys:
+                if not rule.under_key(k):
                     found.append(str(k))
                     walk(item)
         elif isinstance(v, list | tuple):
