@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules, key_name
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_schema import branch_of, inline_refs
 
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
 
 __all__ = [
+    "SEVERAL",
     "TOOLS_OWN",
     "amount_defaults",
     "as_received",
     "filled",
     "home_currency",
     "named_bounds",
+    "named_inside",
     "paid_before",
     "paid_beside",
     "paid_in",
@@ -139,11 +141,50 @@ currency of its own choosing, which no code the request states is: only a figure
 currency bounds it (``bounding``)."""
 
 
+SEVERAL = "several currencies"
+"""The currency of an amount told two different ones (inside its value and in the argument the
+rule names, or in two of its records): which the tool pays in is unknown, so no code the
+request states bounds it."""
+
+
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
-    """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
-    argument it names as the tool receives it (``home_currency`` where the call leaves it out;
-    ``TOOLS_OWN`` where that gives none, or the tool receives ``null`` or no text); None where
-    the tool takes no currency (``bounding`` then reads every currency the request names)."""
+    """The currency ``rule``'s amount is paid in: one its own value names (``named_inside``:
+    ``{"value": 200, "currency": "KWD"}``, as payment services take an amount), else the code
+    the rule declares, or the value of the argument it names as the tool receives it
+    (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
+    tool receives ``null`` or no text); None where the tool takes no currency (``bounding`` then
+    reads every currency the request names). Told two (``SEVERAL``), it is none of them."""
+    told = _told(rules, call, rule)
+    inside = named_inside(call.arguments.get(rule.argument))
+    if not inside:
+        return told
+    if rules is not None and rule.currency in rules.arguments and rule.currency in call.arguments:
+        inside.add(told or TOOLS_OWN)  # told in an argument too: which one the tool reads is unknown
+    return inside.pop() if len(inside) == 1 else SEVERAL
+
+
+def named_inside(value: Any) -> set[str]:
+    """The currencies an amount's value names in a field of its own whose name holds "currency"
+    (``currency``, ``currencyCode``, ``Currency_Code``: ``key_name``), at any depth, as
+    ``currency_code`` reads them; empty for a figure or a record that names none."""
+    found: set[str] = set()
+
+    def walk(v: Any, depth: int) -> None:
+        if depth > _DEPTH:
+            return
+        items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
+        for k, item in items:
+            if isinstance(k, str) and "currency" in key_name(k):
+                found.add(currency_code(item) if isinstance(item, str) and item.strip() else TOOLS_OWN)
+            else:
+                walk(item, depth + 1)
+
+    walk(value, 0)
+    return found
+
+
+def _told(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
+    """``paid_in`` as the rule's declaration and its currency argument say it."""
     if rule.currency is None or rules is None or rule.currency not in rules.arguments:
         return home_currency(rules, call, rule)
     if rule.currency not in call.arguments:

@@ -226,7 +226,7 @@ class ProvenanceRules:
             if rule.keys:
                 # The rest of what the tool receives (another attachment, an event's text) is no
                 # target, but text it carries on: links and addresses in it are judged as content's.
-                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
+                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None, currency=None)
                 for leaf in _outside_keys(value, rule):
                     shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             for problem in confidential_flow(index, {arg: value}, properties, rules.no_flow):
