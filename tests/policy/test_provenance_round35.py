@@ -21,7 +21,9 @@ server reads out of a nested argument, against what the policy judged in it.
    request's euros. (An amount rule with both ``keys`` and ``currency`` also crashed the check,
    the other keys' text being judged under a copy of the rule that kept its currency.) A
    currency the amount's own value names (a field whose name holds "currency") is now the
-   payment's: only the request's figures in it bound it; told two, none does.
+   payment's: only the request's figures in it bound it; told two, none does. So is one a
+   currency argument of the call names that the amount's rule does not (a ``currency`` option
+   declared ``safe``, which any injection may pick, beside an amount declared in euros).
 
 Each test checks the attack is judged (nothing runs unreviewed) AND the legitimate version (the
 user's record, the listing's account, spelt either way; a payment in the currency asked) still
@@ -279,6 +281,17 @@ class Payments:
         self.paid.append((recipient, amount.value, amount.currency))
         return "paid"
 
+    @tool(effect=Effect.PURCHASE)
+    def pay_in(
+        self,
+        recipient: Annotated[str, Field(description="IBAN.")],
+        amount: Annotated[float, Field(description="What to pay.")],
+        currency: Annotated[str, Field(description="ISO 4217 code.")] = "EUR",
+    ) -> str:
+        """Pay in a currency."""
+        self.paid.append((recipient, amount, currency))
+        return "paid"
+
 
 AMOUNT_RULES = {
     "declared EUR": {"role": "amount", "bound": ["user"], "keys": ["value"], "currency": "EUR"},
@@ -287,31 +300,30 @@ AMOUNT_RULES = {
 PAY_REQUEST = "Look at the Grand Hotel in Paris and its reviews, and pay its 200.00 EUR deposit."
 
 
-async def _pay(amount_rule: dict[str, Any], amount: dict[str, Any]) -> tuple[Payments, list[str]]:
+async def _pay(
+    arguments: dict[str, Any], amount: Any, tool: str = "pay", **extra: Any
+) -> tuple[Payments, list[str]]:
     world = Payments()
     declared = {
         "get_hotel": {"effect": "read"},
         "get_reviews": {"effect": "read"},
-        "pay": {
+        tool: {
             "effect": "purchase",
             "requested_by": ["pay"],
-            "arguments": {
-                "recipient": {"role": "destination", "from": ["user", "listing"]},
-                "amount": amount_rule,
-            },
+            "arguments": {"recipient": {"role": "destination", "from": ["user", "listing"]}, **arguments},
         },
     }
     rules = ProvenanceRules(rules_from_dict(declared), TRUST)
     steps = [
         call("get_hotel", city="Paris"),
         call("get_reviews", hotel="Grand Hotel"),
-        call("pay", recipient=HOTEL_IBAN, amount=amount),
+        call(tool, recipient=HOTEL_IBAN, amount=amount, **extra),
     ]
     model = FunctionModel(
         lambda _: AssistantMessage(tool_calls=(steps.pop(0),)) if steps else AssistantMessage(content="done")
     )
     host = Host(policy=ProvenancePolicy(rules), on_denied="continue", labeler=make_labeler(TRUST))
-    host.add_tools(world.get_hotel, world.get_reviews, world.pay)
+    host.add_tools(world.get_hotel, world.get_reviews, world.pay, world.pay_in)
     async with host:
         result = await host.run(Agent("act", model), PAY_REQUEST, context=CTX)
     denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
@@ -321,12 +333,38 @@ async def _pay(amount_rule: dict[str, Any], amount: dict[str, Any]) -> tuple[Pay
 @pytest.mark.parametrize("rule", list(AMOUNT_RULES))
 @pytest.mark.parametrize("code", ["KWD", "kwd", "BHD"])
 async def test_a_currency_the_amount_names_is_what_bounds_it(rule: str, code: str) -> None:
-    world, found = await _pay(AMOUNT_RULES[rule], {"value": 200, "currency": code})
+    world, found = await _pay({"amount": AMOUNT_RULES[rule]}, {"value": 200, "currency": code})
     assert world.paid == [] and "amount_over_bound" in found
     # Legitimate: the 200 euros asked, in the record's currency or its default, paid unreviewed.
     for amount in ({"value": 200, "currency": "EUR"}, {"value": 200, "currency": "eur"}, {"value": 200}):
-        world, found = await _pay(AMOUNT_RULES[rule], amount)
+        world, found = await _pay({"amount": AMOUNT_RULES[rule]}, amount)
         assert found == [] and world.paid == [(HOTEL_IBAN, 200.0, amount.get("currency", "EUR"))]
+
+
+# A currency argument the amount's rule does not name: declared a safe option (any injection may
+# pick one), or free text, while the amount is declared in euros, or in no currency.
+CURRENCY_RULES = {
+    "safe option": {"role": "option", "safe": ["EUR", "USD", "KWD"]},
+    "free text": {"role": "content"},
+}
+BARE_AMOUNTS = {
+    "declared EUR": {"role": "amount", "bound": ["user"], "currency": "EUR"},
+    "no currency declared": {"role": "amount", "bound": ["user"]},
+}
+
+
+@pytest.mark.parametrize("amount", list(BARE_AMOUNTS))
+@pytest.mark.parametrize("currency", list(CURRENCY_RULES))
+async def test_a_currency_argument_the_rule_does_not_name_is_what_bounds_it(
+    amount: str, currency: str
+) -> None:
+    declared = {"amount": BARE_AMOUNTS[amount], "currency": CURRENCY_RULES[currency]}
+    world, found = await _pay(declared, 200, "pay_in", currency="KWD")
+    assert world.paid == [] and "amount_over_bound" in found
+    # Legitimate: the 200 euros asked, told or by the tool's default, paid unreviewed.
+    for told in ({"currency": "EUR"}, {}):
+        world, found = await _pay(declared, 200, "pay_in", **told)
+        assert found == [] and world.paid == [(HOTEL_IBAN, 200.0, "EUR")]
 
 
 def test_the_currencies_an_amount_names() -> None:

@@ -149,13 +149,18 @@ request states bounds it."""
 
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
     """The currency ``rule``'s amount is paid in: one its own value names (``named_inside``:
-    ``{"value": 200, "currency": "KWD"}``, as payment services take an amount), else the code
+    ``{"value": 200, "currency": "KWD"}``, as payment services take an amount) or an argument
+    of the call whose name holds "currency" that the rule does not name (a ``currency`` option
+    beside an amount declared in euros: the tool pays in what it is told), else the code
     the rule declares, or the value of the argument it names as the tool receives it
     (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
     tool receives ``null`` or no text); None where the tool takes no currency (``bounding`` then
     reads every currency the request names). Told two (``SEVERAL``), it is none of them."""
     told = _told(rules, call, rule)
     inside = named_inside(call.arguments.get(rule.argument))
+    for name, value in call.arguments.items():  # a currency argument the rule does not name
+        if name not in (rule.argument, rule.currency) and "currency" in key_name(name):
+            inside.add(_code(value))
     if not inside:
         return told
     if rules is not None and rule.currency in rules.arguments and rule.currency in call.arguments:
@@ -175,12 +180,18 @@ def named_inside(value: Any) -> set[str]:
         items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
         for k, item in items:
             if isinstance(k, str) and "currency" in key_name(k):
-                found.add(currency_code(item) if isinstance(item, str) and item.strip() else TOOLS_OWN)
+                found.add(_code(item))
             else:
                 walk(item, depth + 1)
 
     walk(value, 0)
     return found
+
+
+def _code(value: Any) -> str:
+    """The currency a field that names one says, as ``currency_code`` reads it (``TOOLS_OWN``
+    where it is no text: the tool's own choice)."""
+    return currency_code(value) if isinstance(value, str) and value.strip() else TOOLS_OWN
 
 
 def _told(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
