@@ -24,6 +24,10 @@ server reads out of a nested argument, against what the policy judged in it.
    payment's: only the request's figures in it bound it; told two, none does. So is one a
    currency argument of the call names that the amount's rule does not (a ``currency`` option
    declared ``safe``, which any injection may pick, beside an amount declared in euros).
+3. **one call's amounts, each within the bound**: a tool that pays an amount and a fee (a
+   deposit and a tip) declared as two amounts, not ``cumulative``, had each bounded alone: 200
+   and 200 paid 400 for "pay the 200.00 deposit". A list of figures in one argument was
+   already summed; the amounts of one call now are too (one payment), cumulative or not.
 
 Each test checks the attack is judged (nothing runs unreviewed) AND the legitimate version (the
 user's record, the listing's account, spelt either way; a payment in the currency asked) still
@@ -292,6 +296,17 @@ class Payments:
         self.paid.append((recipient, amount, currency))
         return "paid"
 
+    @tool(effect=Effect.PURCHASE)
+    def pay_with_fee(
+        self,
+        recipient: Annotated[str, Field(description="IBAN.")],
+        amount: Annotated[float, Field(description="What to pay.")],
+        fee: Annotated[float, Field(description="A fee paid with it.")] = 0.0,
+    ) -> str:
+        """Pay an amount and a fee, in euros."""
+        self.paid.append((recipient, amount + fee, "EUR"))
+        return "paid"
+
 
 AMOUNT_RULES = {
     "declared EUR": {"role": "amount", "bound": ["user"], "keys": ["value"], "currency": "EUR"},
@@ -323,7 +338,7 @@ async def _pay(
         lambda _: AssistantMessage(tool_calls=(steps.pop(0),)) if steps else AssistantMessage(content="done")
     )
     host = Host(policy=ProvenancePolicy(rules), on_denied="continue", labeler=make_labeler(TRUST))
-    host.add_tools(world.get_hotel, world.get_reviews, world.pay, world.pay_in)
+    host.add_tools(world.get_hotel, world.get_reviews, world.pay, world.pay_in, world.pay_with_fee)
     async with host:
         result = await host.run(Agent("act", model), PAY_REQUEST, context=CTX)
     denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
@@ -393,3 +408,18 @@ def test_an_amount_told_two_currencies_is_paid_in_neither() -> None:
     assert paid_in_({"amount": {"value": 1, "currency": "EUR"}, "currency": "eur"}) == "EUR"
     assert paid_in_({"amount": {"value": 1}, "currency": "EUR"}) == "EUR"
     assert paid_in_({"amount": [{"value": 1, "currency": "EUR"}, {"value": 1, "currency": "KWD"}]}) == SEVERAL
+
+
+# -- 3. one call's amounts, each within the bound ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cumulative", [False, True])
+async def test_the_amounts_of_one_call_are_one_payment(cumulative: bool) -> None:
+    rule = {"role": "amount", "bound": ["user"], "cumulative": cumulative}
+    declared = {"amount": rule, "fee": rule}
+    world, found = await _pay(declared, 200, "pay_with_fee", fee=200)
+    assert world.paid == [] and "amount_over_bound" in found
+    # Legitimate: the 200.00 asked, split between the amount and its fee, or with no fee.
+    for amount, fee in ((190.0, 10.0), (200.0, 0.0)):
+        world, found = await _pay(declared, amount, "pay_with_fee", fee=fee)
+        assert found == [] and world.paid == [(HOTEL_IBAN, 200.0, "EUR")]

@@ -128,9 +128,14 @@ def paid_before(
 
 
 def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: ArgumentRule) -> float:
-    """What a call's other cumulative amount arguments pay with ``rule``'s (a deposit and a tip,
-    an amount and a fee): one call paying in two arguments pays their sum."""
-    others = [r for r in rules.cumulative_amounts if r.argument != rule.argument] if rules else []
+    """What a call's other amount arguments pay with ``rule``'s (a deposit and a tip, an amount
+    and a fee): one call paying in two arguments makes one payment of their sum, cumulative or
+    not (as a list of figures in one argument is their sum)."""
+    others = (
+        [r for r in rules.arguments.values() if r.role == "amount" and r.argument != rule.argument]
+        if rules
+        else []
+    )
     return sum(paid(arguments.get(r.argument)) for r in others)
 
 

@@ -410,11 +410,9 @@ class ProvenanceRules:
         stated = [(f, "the request") for f in users]
         stated += named_bounds(index, rule.fields, currency, home) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
-        spent = 0.0
+        spent = paid_beside(rules, call.arguments, rule)  # one call's amounts are one payment
         if rule.cumulative:
-            spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
-                rules, call.arguments, rule
-            )
+            spent += paid_before(call, self._rules_of, self._defaults_of)
         shown.update({"currency": currency, "bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
