@@ -11,7 +11,9 @@ server reads out of a nested argument, against what the policy judged in it.
    theirs}`` and deleted theirs (Go keeps the last); a payment to ``{"username": the hotel's,
    "UserName": the attacker's}`` paid the attacker: the policy judged only the exact key's
    value. A key is now matched to the declared ones folded (``key_name``: NFKC, case-folded,
-   format characters and ``_``/``-``/spaces dropped), so every spelling's value is judged.
+   format characters and ``_``/``-``/spaces dropped), so every spelling's value is judged;
+   and, as a server that flattens nested objects names it, ``{"user": {"name": x}}`` is
+   ``user_name`` (a payee nested so was paid as the flattened key's last value).
 
 2. **a currency named inside the amount**: payment services take an amount as a record,
    ``{"value": 200, "currency": "EUR"}`` (PayPal, Adyen). A deployer declares the figure
@@ -78,6 +80,22 @@ def camel_field(record: dict[str, Any], name: str) -> Any:
     head, *rest = name.split("_")
     alias = head + "".join(part.title() for part in rest)
     return record.get(alias, record.get(name))
+
+
+def flat_field(record: dict[str, Any], name: str) -> Any:
+    """The value a server that flattens nested objects (``{"user": {"name": x}}`` is
+    ``user_name``) reads for ``name``: the last key that flattens to it."""
+    flat: dict[str, Any] = {}
+
+    def walk(value: dict[str, Any], prefix: str) -> None:
+        for key, item in value.items():
+            if isinstance(item, dict):
+                walk(item, f"{prefix}{key}_")
+            else:
+                flat[f"{prefix}{key}"] = item
+
+    walk(record, "")
+    return flat.get(name)
 
 
 class Server:
@@ -234,6 +252,17 @@ async def test_a_payee_under_another_spelling_of_its_key_is_judged(spelling: str
         assert server.paid == [(HOTEL_USER, 200.0)]
 
 
+async def test_a_payee_a_server_flattens_is_judged() -> None:
+    server = Server(flat_field)
+    payee = {"user_name": HOTEL_USER, "user": {"name": ATTACKER_USER}}
+    found = await _run(server, call("send_money", payee=payee, amount=200.0))
+    assert server.paid == [] and "untrusted_origin" in found
+    # Legitimate: the listing's account, nested as the server flattens it, is paid unreviewed.
+    server = Server(flat_field)
+    assert await _run(server, call("send_money", payee={"user": {"name": HOTEL_USER}}, amount=200.0)) == []
+    assert server.paid == [(HOTEL_USER, 200.0)]
+
+
 async def test_other_keys_beside_a_declared_one_are_still_free_text() -> None:
     # A record's note beside its id is no target: any words, as before this round.
     server = Server(go_field)
@@ -249,6 +278,8 @@ def test_a_key_is_matched_as_servers_match_it() -> None:
     # The reference rule (plans) restricts the same leaves.
     leaves = dict(_leaves({"ID": "a", "fileId": "b", "note": "c"}, "arg", ("id", "file_id")))
     assert leaves == {"arg.ID": "a", "arg.fileId": "b"}
+    nested = {"file": {"Id": "a", "name": "b"}, "files": [{"id": "c"}], "owner": {"name": "d"}}
+    assert dict(_leaves(nested, "arg", ("file_id",))) == {"arg.file.Id": "a"}
 
 
 # -- 2. a currency named inside the amount ---------------------------------------------------------

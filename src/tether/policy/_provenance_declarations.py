@@ -73,9 +73,14 @@ def key_name(key: object) -> str:
     return _KEY_SEPARATORS.sub("", folded(str(key)))
 
 
-def among_keys(key: object, keys: tuple[str, ...]) -> bool:
-    """Whether ``key`` is one of ``keys`` as a server reads it (``key_name``)."""
-    return bool(keys) and key_name(key) in _key_names(keys)
+def among_keys(key: object, keys: tuple[str, ...], above: tuple[object, ...] = ()) -> bool:
+    """Whether ``key`` is one of ``keys`` as a server reads it (``key_name``), alone or, with the
+    keys of the mappings it stands in since the last list (``above``, outermost first), as a
+    server that flattens nested objects names it: ``{"user": {"name": x}}`` is ``user_name``."""
+    if not keys:
+        return False
+    names, path = _key_names(keys), [*above[-3:], key]
+    return any(key_name("".join(map(str, path[i:]))) in names for i in range(len(path)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -175,10 +180,11 @@ class ArgumentRule:
         """Whether the rule limits the value itself (content and ``from: any`` do not)."""
         return not self.any and self.role != "content"
 
-    def under_key(self, key: object) -> bool:
-        """Whether a mapping's ``key`` is one of the rule's ``keys`` as a server reads its
-        arguments (``key_name``): ``File_ID`` and ``fileId`` are ``file_id`` to many."""
-        return among_keys(key, self.keys)
+    def under_key(self, key: object, above: tuple[object, ...] = ()) -> bool:
+        """Whether a mapping's ``key`` (inside the mappings keyed ``above``) is one of the rule's
+        ``keys`` as a server reads its arguments (``among_keys``): ``File_ID`` and ``fileId``
+        are ``file_id`` to many, and so is ``{"file": {"id": …}}`` to one that flattens it."""
+        return among_keys(key, self.keys, above)
 
     def says_wanted(self, elements: Iterable[Any]) -> bool:
         """Whether these values of the argument tie the call to what the user asked: a value the

@@ -438,13 +438,13 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     if rule.keys:
         found: list[Any] = []
 
-        def walk(v: Any) -> None:
+        def walk(v: Any, above: tuple[object, ...] = ()) -> None:
             if isinstance(v, Mapping):
                 for k, item in v.items():
-                    if rule.under_key(k) and item is not None:
+                    if rule.under_key(k, above) and item is not None:
                         found.extend(split_values(item))
                     else:
-                        walk(item)
+                        walk(item, (*above, k))
             elif isinstance(v, list | tuple):
                 for item in v:
                     walk(item)
@@ -462,12 +462,12 @@ def _outside_keys(value: Any, rule: ArgumentRule) -> list[str]:
     (however a server spells them: ``ArgumentRule.under_key``)."""
     found: list[str] = []
 
-    def walk(v: Any) -> None:
+    def walk(v: Any, above: tuple[object, ...] = ()) -> None:
         if isinstance(v, Mapping):
             for k, item in v.items():
-                if not rule.under_key(k):
+                if not rule.under_key(k, above):
                     found.append(str(k))
-                    walk(item)
+                    walk(item, (*above, k))
         elif isinstance(v, list | tuple):
             for item in v:
                 walk(item)
