@@ -427,6 +427,10 @@ def test_the_currencies_an_amount_names() -> None:
     assert named_inside({"value": 1, "currencyCode": "€"}) == {"EUR"}
     assert named_inside([{"value": 1, "Currency_Code": "usd"}, {"value": 2, "currency": "USD"}]) == {"USD"}
     assert named_inside({"money": {"value": 1, "currency": None}}) == {TOOLS_OWN}
+    assert named_inside({"value": 1, "Payment_Currency": "chf"}) == {"CHF"}
+    assert (
+        named_inside({"value": 1, "cryptocurrency_address": "bc1qxy2kgdygjrsqtzq2n0yrf2493p83kkf"}) == set()
+    )
     assert named_inside([{"currency": "EUR"}, {"currency": "KWD"}]) == {"EUR", "KWD"}
 
 

@@ -155,7 +155,7 @@ request states bounds it."""
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
     """The currency ``rule``'s amount is paid in: one its own value names (``named_inside``:
     ``{"value": 200, "currency": "KWD"}``, as payment services take an amount) or an argument
-    of the call whose name holds "currency" that the rule does not name (a ``currency`` option
+    of the call that names a currency and that the rule does not name (a ``currency`` option
     beside an amount declared in euros: the tool pays in what it is told), else the code
     the rule declares, or the value of the argument it names as the tool receives it
     (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
@@ -164,7 +164,7 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
     told = _told(rules, call, rule)
     inside = named_inside(call.arguments.get(rule.argument))
     for name, value in call.arguments.items():  # a currency argument the rule does not name
-        if name not in (rule.argument, rule.currency) and "currency" in key_name(name):
+        if name not in (rule.argument, rule.currency) and _names_currency(name):
             inside.add(_code(value))
     if not inside:
         return told
@@ -174,8 +174,8 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
 
 
 def named_inside(value: Any) -> set[str]:
-    """The currencies an amount's value names in a field of its own whose name holds "currency"
-    (``currency``, ``currencyCode``, ``Currency_Code``: ``key_name``), at any depth, as
+    """The currencies an amount's value names in a field of its own that names one
+    (``currency``, ``currencyCode``, ``Currency_Code``: ``_names_currency``), at any depth, as
     ``currency_code`` reads them; empty for a figure or a record that names none."""
     found: set[str] = set()
 
@@ -184,13 +184,19 @@ def named_inside(value: Any) -> set[str]:
             return
         items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
         for k, item in items:
-            if isinstance(k, str) and "currency" in key_name(k):
+            if isinstance(k, str) and _names_currency(k):
                 found.add(_code(item))
             else:
                 walk(item, depth + 1)
 
     walk(value, 0)
     return found
+
+
+def _names_currency(key: str) -> bool:
+    """Whether a field named ``key`` names a currency (``currency``, ``currencyCode``,
+    ``Payment_Currency``), not a thing of one (``cryptocurrency_address``)."""
+    return key_name(key).endswith(("currency", "currencycode", "currencyiso"))
 
 
 def _code(value: Any) -> str:
