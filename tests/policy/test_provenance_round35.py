@@ -14,7 +14,6 @@ server reads out of a nested argument, against what the policy judged in it.
    format characters and ``_``/``-``/spaces dropped), so every spelling's value is judged;
    and, as a server that flattens nested objects names it, ``{"user": {"name": x}}`` is
    ``user_name`` (a payee nested so was paid as the flattened key's last value).
-
 2. **a currency named inside the amount**: payment services take an amount as a record,
    ``{"value": 200, "currency": "EUR"}`` (PayPal, Adyen). A deployer declares the figure
    (``keys: [value]``) and the tool's currency (``currency: EUR``), or none; but the
@@ -22,7 +21,7 @@ server reads out of a nested argument, against what the policy judged in it.
    paid 200 dinars (three times the 200 euros asked) unreviewed: the figure was bounded by the
    request's euros. (An amount rule with both ``keys`` and ``currency`` also crashed the check,
    the other keys' text being judged under a copy of the rule that kept its currency.) A
-   currency the amount's own value names (a field whose name holds "currency") is now the
+   currency the amount's own value names (a field whose name ends in "currency") is now the
    payment's: only the request's figures in it bound it; told two, none does. So is one a
    currency argument of the call names that the amount's rule does not (a ``currency`` option
    declared ``safe``, which any injection may pick, beside an amount declared in euros).
