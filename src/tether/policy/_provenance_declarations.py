@@ -36,13 +36,14 @@ written ``why``. No rule here knows any scenario or benchmark task: rules are da
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tether.core._names import SEPARATOR, name_set
+from tether.core._names import SEPARATOR, folded, name_set
 from tether.policy._provenance_dates import figure
 from tether.policy._provenance_labels import USER, shape_kind, split_values
 
@@ -51,10 +52,41 @@ __all__ = [
     "ROLES",
     "ArgumentRule",
     "ToolRules",
+    "among_keys",
     "check_declarations",
     "declared_rules",
+    "key_name",
     "rules_from_dict",
 ]
+
+_KEY_SEPARATORS = re.compile(r"[\s_-]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def key_name(key: object) -> str:
+    """A key inside an argument as the readers of a tool's arguments match it to the field it
+    fills: case-insensitively (Go's ``encoding/json``, Jackson's and .NET's case-insensitive
+    options; Go folds the Kelvin sign to ``k`` and ``ſ`` to ``s``), by an alias in camel or
+    snake case (pydantic's alias generators with ``populate_by_name``): NFKC, case-folded,
+    without format characters, ``_``, ``-`` or spaces. A declared ``keys`` entry names every
+    key that folds to it, so ``{"id": mine, "ID": theirs}`` has both judged."""
+    return _KEY_SEPARATORS.sub("", folded(str(key)))
+
+
+def among_keys(key: object, keys: tuple[str, ...], above: tuple[object, ...] = ()) -> bool:
+    """Whether ``key`` is one of ``keys`` as a server reads it (``key_name``), alone or, with the
+    keys of the mappings it stands in since the last list (``above``, outermost first), as a
+    server that flattens nested objects names it: ``{"user": {"name": x}}`` is ``user_name``."""
+    if not keys:
+        return False
+    names, path = _key_names(keys), [*above[-3:], key]
+    return any(key_name("".join(map(str, path[i:]))) in names for i in range(len(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _key_names(keys: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(map(key_name, keys))
+
 
 Otherwise = Literal["deny", "approve"]
 Role = Literal["destination", "target", "name", "profile", "secret", "date", "amount", "option", "content"]
@@ -147,6 +179,12 @@ class ArgumentRule:
     def restricts(self) -> bool:
         """Whether the rule limits the value itself (content and ``from: any`` do not)."""
         return not self.any and self.role != "content"
+
+    def under_key(self, key: object, above: tuple[object, ...] = ()) -> bool:
+        """Whether a mapping's ``key`` (inside the mappings keyed ``above``) is one of the rule's
+        ``keys`` as a server reads its arguments (``among_keys``): ``File_ID`` and ``fileId``
+        are ``file_id`` to many, and so is ``{"file": {"id": …}}`` to one that flattens it."""
+        return among_keys(key, self.keys, above)
 
     def says_wanted(self, elements: Iterable[Any]) -> bool:
         """Whether these values of the argument tie the call to what the user asked: a value the

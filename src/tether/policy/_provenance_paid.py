@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules, key_name
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_schema import branch_of, inline_refs
 
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
 
 __all__ = [
+    "SEVERAL",
     "TOOLS_OWN",
     "amount_defaults",
     "as_received",
     "filled",
     "home_currency",
     "named_bounds",
+    "named_inside",
     "paid_before",
     "paid_beside",
     "paid_in",
@@ -126,9 +128,14 @@ def paid_before(
 
 
 def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: ArgumentRule) -> float:
-    """What a call's other cumulative amount arguments pay with ``rule``'s (a deposit and a tip,
-    an amount and a fee): one call paying in two arguments pays their sum."""
-    others = [r for r in rules.cumulative_amounts if r.argument != rule.argument] if rules else []
+    """What a call's other amount arguments pay with ``rule``'s (a deposit and a tip, an amount
+    and a fee): one call paying in two arguments makes one payment of their sum, cumulative or
+    not (as a list of figures in one argument is their sum)."""
+    others = (
+        [r for r in rules.arguments.values() if r.role == "amount" and r.argument != rule.argument]
+        if rules
+        else []
+    )
     return sum(paid(arguments.get(r.argument)) for r in others)
 
 
@@ -139,11 +146,67 @@ currency of its own choosing, which no code the request states is: only a figure
 currency bounds it (``bounding``)."""
 
 
+SEVERAL = "several currencies"
+"""The currency of an amount told two different ones (inside its value and in the argument the
+rule names, or in two of its records): which the tool pays in is unknown, so no code the
+request states bounds it."""
+
+
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
-    """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
-    argument it names as the tool receives it (``home_currency`` where the call leaves it out;
-    ``TOOLS_OWN`` where that gives none, or the tool receives ``null`` or no text); None where
-    the tool takes no currency (``bounding`` then reads every currency the request names)."""
+    """The currency ``rule``'s amount is paid in: one its own value names (``named_inside``:
+    ``{"value": 200, "currency": "KWD"}``, as payment services take an amount) or an argument
+    of the call that names a currency and that the rule does not name (a ``currency`` option
+    beside an amount declared in euros: the tool pays in what it is told), else the code
+    the rule declares, or the value of the argument it names as the tool receives it
+    (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
+    tool receives ``null`` or no text); None where the tool takes no currency (``bounding`` then
+    reads every currency the request names). Told two (``SEVERAL``), it is none of them."""
+    told = _told(rules, call, rule)
+    inside = named_inside(call.arguments.get(rule.argument))
+    for name, value in call.arguments.items():  # a currency argument the rule does not name
+        if name not in (rule.argument, rule.currency) and _names_currency(name):
+            inside.add(_code(value))
+    if not inside:
+        return told
+    if rules is not None and rule.currency in rules.arguments and rule.currency in call.arguments:
+        inside.add(told or TOOLS_OWN)  # told in an argument too: which one the tool reads is unknown
+    return inside.pop() if len(inside) == 1 else SEVERAL
+
+
+def named_inside(value: Any) -> set[str]:
+    """The currencies an amount's value names in a field of its own that names one
+    (``currency``, ``currencyCode``, ``Currency_Code``: ``_names_currency``), at any depth, as
+    ``currency_code`` reads them; empty for a figure or a record that names none."""
+    found: set[str] = set()
+
+    def walk(v: Any, depth: int) -> None:
+        if depth > _DEPTH:
+            return
+        items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
+        for k, item in items:
+            if isinstance(k, str) and _names_currency(k):
+                found.add(_code(item))
+            else:
+                walk(item, depth + 1)
+
+    walk(value, 0)
+    return found
+
+
+def _names_currency(key: str) -> bool:
+    """Whether a field named ``key`` names a currency (``currency``, ``currencyCode``,
+    ``Payment_Currency``), not a thing of one (``cryptocurrency_address``)."""
+    return key_name(key).endswith(("currency", "currencycode", "currencyiso"))
+
+
+def _code(value: Any) -> str:
+    """The currency a field that names one says, as ``currency_code`` reads it (``TOOLS_OWN``
+    where it is no text: the tool's own choice)."""
+    return currency_code(value) if isinstance(value, str) and value.strip() else TOOLS_OWN
+
+
+def _told(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
+    """``paid_in`` as the rule's declaration and its currency argument say it."""
     if rule.currency is None or rules is None or rule.currency not in rules.arguments:
         return home_currency(rules, call, rule)
     if rule.currency not in call.arguments:

@@ -226,8 +226,8 @@ class ProvenanceRules:
             if rule.keys:
                 # The rest of what the tool receives (another attachment, an event's text) is no
                 # target, but text it carries on: links and addresses in it are judged as content's.
-                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
-                for leaf in _outside_keys(value, rule.keys):
+                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None, currency=None)
+                for leaf in _outside_keys(value, rule):
                     shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             for problem in confidential_flow(index, {arg: value}, properties, rules.no_flow):
                 out.worse("approve", problem)
@@ -410,11 +410,9 @@ class ProvenanceRules:
         stated = [(f, "the request") for f in users]
         stated += named_bounds(index, rule.fields, currency, home) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
-        spent = 0.0
+        spent = paid_beside(rules, call.arguments, rule)  # one call's amounts are one payment
         if rule.cumulative:
-            spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
-                rules, call.arguments, rule
-            )
+            spent += paid_before(call, self._rules_of, self._defaults_of)
         shown.update({"currency": currency, "bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
@@ -440,13 +438,13 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     if rule.keys:
         found: list[Any] = []
 
-        def walk(v: Any) -> None:
+        def walk(v: Any, above: tuple[object, ...] = ()) -> None:
             if isinstance(v, Mapping):
                 for k, item in v.items():
-                    if k in rule.keys and item is not None:
+                    if rule.under_key(k, above) and item is not None:
                         found.extend(split_values(item))
                     else:
-                        walk(item)
+                        walk(item, (*above, k))
             elif isinstance(v, list | tuple):
                 for item in v:
                     walk(item)
@@ -459,16 +457,17 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     return list(split_values(value, schema))
 
 
-def _outside_keys(value: Any, keys: Sequence[str]) -> list[str]:
-    """Every scalar and mapping key of ``value`` that stands under none of ``keys``."""
+def _outside_keys(value: Any, rule: ArgumentRule) -> list[str]:
+    """Every scalar and mapping key of ``value`` that stands under none of the rule's ``keys``
+    (however a server spells them: ``ArgumentRule.under_key``)."""
     found: list[str] = []
 
-    def walk(v: Any) -> None:
+    def walk(v: Any, above: tuple[object, ...] = ()) -> None:
         if isinstance(v, Mapping):
             for k, item in v.items():
-                if k not in keys:
+                if not rule.under_key(k, above):
                     found.append(str(k))
-                    walk(item)
+                    walk(item, (*above, k))
         elif isinstance(v, list | tuple):
             for item in v:
                 walk(item)

@@ -10,7 +10,14 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise
-from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
+from tether.policy._provenance_values import (
+    LOCAL_MARKS,
+    compose,
+    find_handles,
+    find_links,
+    public_suffix,
+    unfold,
+)
 
 __all__ = [
     "ALPHA_WORD",
@@ -55,7 +62,8 @@ _JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a l
 def contains_whole(haystack: str, needle: str) -> bool:
     """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the start
     or the end of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``
-    and ``bob@x.example`` is not in ``bob@x.example.co.uk``. After it, a colon or a full stop
+    (nor in ``o'smith@x.example``: ``LOCAL_MARKS``) and ``bob@x.example`` is not in
+    ``bob@x.example.co.uk``. After it, a colon or a full stop
     may end the sentence (prompts write "www.site.com.They"), but not a full stop that goes on
     into a domain's known suffix (``.co.uk``, ``.com``): that is a longer host."""
     start = 0
@@ -66,6 +74,13 @@ def contains_whole(haystack: str, needle: str) -> bool:
         after = haystack[i + n] if i + n < len(haystack) else " "
         if before.isalnum() or (before in _JOINERS and needle[:1].isalnum()):
             continue
+        if (
+            before in LOCAL_MARKS
+            and "@" in needle
+            and i > 1
+            and (haystack[i - 2].isalnum() or haystack[i - 2] in _JOINERS)
+        ):
+            continue  # the end of a longer address's local part (``brien@x`` of ``o'brien@x``)
         if after.isalnum() or (after in _JOINERS and needle[-1:].isalnum() and _continues(haystack, i + n)):
             continue
         return True

@@ -26,6 +26,7 @@ from typing import Any
 from tether.core._confusables import DEFAULT_IGNORABLE, label_to_ascii
 
 __all__ = [
+    "LOCAL_MARKS",
     "Link",
     "compose",
     "displayed",
@@ -446,7 +447,15 @@ def _trimmed(rest: str) -> str:
     return rest[:end]
 
 
-_EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
+# A local part may hold the other marks RFC 5322 allows between its letters (``o'brien``,
+# ``sales&events``): an address is read whole, not as the ``brien@…`` after the mark, another
+# mailbox at a webmail. Not ``=`` (``email=bob@x`` is a key and its value) nor ``%`` or ``?``.
+LOCAL_MARKS = "!#$&'*^`{|}~"
+_EMAIL = re.compile(
+    # (Begun only where a local part begins, so a long run of letters and marks is read once.)
+    r"(?<![\w.+-])(?<![\w.+-][!#$&'*^`{|}~])(?:[\w.+-]+[!#$&'*^`{|}~]+)*+[\w.+-]+"
+    r"@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+"
+)
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
 # ... and as a bank prints one: in groups of four, set apart by spaces or hyphens.

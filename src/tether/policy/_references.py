@@ -72,7 +72,7 @@ from typing import Any
 
 from tether.errors import PolicyError
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules, declared_rules
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules, among_keys, declared_rules
 from tether.policy._provenance_labels import (
     DIRECTORY,
     MODEL,
@@ -383,12 +383,14 @@ class References:
 
 
 def _leaves(
-    value: Any, path: str, keys: tuple[str, ...] = (), under: bool = False
+    value: Any, path: str, keys: tuple[str, ...] = (), under: bool = False, above: tuple[object, ...] = ()
 ) -> Iterator[tuple[str, Any]]:
-    """(path, scalar) for every leaf of a JSON value; with ``keys``, only leaves under those keys."""
+    """(path, scalar) for every leaf of a JSON value; with ``keys``, only leaves under those keys
+    (however a server spells or flattens them: ``among_keys``)."""
     if isinstance(value, Mapping):
         for k, item in value.items():
-            yield from _leaves(item, f"{path}.{k}", keys, under or k in keys)
+            inside = under or among_keys(k, keys, above)
+            yield from _leaves(item, f"{path}.{k}", keys, inside, (*above, k))
     elif isinstance(value, list):
         for i, item in enumerate(value):
             yield from _leaves(item, f"{path}[{i}]", keys, under)
