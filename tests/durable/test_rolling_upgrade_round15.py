@@ -1,0 +1,260 @@
+"""An operator's rolling upgrade, fifteenth round: migrators of two releases at once, and the
+paths that read or write a store without migrating it.
+
+What did not hold, each fixed here and pinned below:
+
+- on PostgreSQL, a migrator (``tether db init``, or a worker's start, of any release) stopped while
+  it held the migrators' own lock (suspended with Ctrl-Z, a frozen container, a debugger) held up
+  every later migrator for good, without a word: each worker started for the upgrade hung in its
+  start, on every schema of the database (the lock is the database's). Round nine bounded the wait
+  of a migration's DDL for its table's lock; the wait for the migration lock is now bounded the
+  same way (``MIGRATION_LOCK_WAIT_S`` a try, ``MIGRATION_TRIES`` tries) and then says so
+  (``store_busy``, exit 6, naming the session that holds it: its pid, name and state). A migrator
+  that is only slow is still waited for, and one killed (-9) half-way left nothing of its
+  migration: the next one applies it whole.
+- ``tether submit`` writes the intake on its own driver connection, and every ``tether runs``
+  command reads it (and, on PostgreSQL, the workers' tables) without migrating: a deployment a
+  later release had contracted (a marked migration, round twelve) was written and read in the
+  old format as if nothing had changed — ``submit`` queued a run in a row format the deployment
+  no longer had, ``runs list`` listed it. Both now refuse first (``schema_too_new``, exit 1, the
+  migration named), nothing read or written; an unmarked (expand-only) migration is worked
+  beside as before.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_rolling_upgrade import _write_version
+
+from tether.cli import main
+
+PG_LOCK = "hashtext('tether_migrations')"
+
+
+def _cli(capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
+    """A command as a person types it: its exit code and JSON line."""
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _pg(url: str) -> tuple[str, str]:
+    dsn, _, schema = url.partition("?schema=")
+    return dsn, schema
+
+
+def _until(what: str, probe: Any) -> Any:
+    """``probe()`` once it is true (polled; a safety net of 60 s for the test itself)."""
+    for _ in range(1200):
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- a migrator stopped while it holds the migration lock ------------------------------------------
+
+# A migrator of another release (its ``db init``, its worker's start) half-way through a migration
+# of its own on the deployment's schema: the migration lock taken, a table created and its name
+# journalled, uncommitted, when it was stopped. It waits on its stdin for good (as stopped).
+HALF_WAY = """
+import sys, psycopg
+dsn, schema = sys.argv[1], sys.argv[2]
+conn = psycopg.connect(dsn, application_name="tether:init-of-another-release")
+conn.execute(f"SET search_path = {schema}")
+conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))")
+conn.execute("CREATE TABLE later_half (x integer)")
+conn.execute("INSERT INTO _migrations (name, applied_at) VALUES ('approvals.950_half_way', now())")
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def _lock_free(dsn: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(f"SELECT pg_try_advisory_lock({PG_LOCK})").fetchone()
+        assert row is not None
+        if row[0]:
+            db.execute(f"SELECT pg_advisory_unlock({PG_LOCK})")
+        return bool(row[0])
+
+
+@pytest.fixture
+def half_way(pg_url: str, capsys: Any) -> Iterator[subprocess.Popen[bytes]]:
+    """The deployment set up, then another release's migrator stopped half-way on it."""
+    assert _cli(capsys, "db", "init", "--db", pg_url)[0] == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HALF_WAY, *_pg(pg_url)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"holding\n"
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_migrator_stopped_holding_the_migration_lock_is_named_and_a_kill_leaves_nothing_half_done(
+    pg_url: str, half_way: subprocess.Popen[bytes], capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    import tether.sql._database as database
+
+    monkeypatch.setattr(database, "MIGRATION_LOCK_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(database, "MIGRATION_TRIES", 2, raising=False)
+    half_way.send_signal(signal.SIGSTOP)  # Ctrl-Z, a frozen container
+    result: list[tuple[int, dict[str, Any]]] = []
+    upgrade = threading.Thread(target=lambda: result.append(_cli(capsys, "db", "init", "--db", pg_url)))
+    upgrade.start()
+    upgrade.join(timeout=60)  # a safety net for the test itself: it waited for good
+    try:
+        assert result, "tether db init waited for good behind the stopped migrator"
+        [(code, out)] = result
+        assert (code, out["error"]) == (6, "store_busy"), out
+        said = out["message"]
+        assert "migration lock" in said and "run the command again" in said, out
+        assert f"pid {_holder_pid(pg_url)}" in said and "tether:init-of-another-release" in said, out
+    finally:
+        half_way.send_signal(signal.SIGKILL)  # the operator kills it (-9)
+        half_way.wait()
+        upgrade.join()
+    dsn, schema = _pg(pg_url)
+    _until("the killed migrator's session to end", lambda: _lock_free(dsn))
+    assert _cli(capsys, "db", "init", "--db", pg_url)[0] == 0  # run again: it applies
+    assert _cli(capsys, "db", "check", "--db", pg_url)[0] == 0
+    with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as db:
+        names = [r[0] for r in db.execute("SELECT name FROM _migrations")]
+        half = db.execute("SELECT to_regclass('later_half')").fetchone()
+    assert len(names) == len(set(names)) and "approvals.003_ledger_tenant" in names
+    assert "approvals.950_half_way" not in names and half == (None,)  # nothing of it was kept
+
+
+def _holder_pid(url: str) -> int:
+    import psycopg
+
+    dsn, _ = _pg(url)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'tether:init-of-another-release'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _waiting_for_the_lock(url: str) -> bool:
+    """Whether this deployment's migrator (its sessions are named ``tether:<schema>``) waits for
+    an advisory lock."""
+    import psycopg
+
+    dsn, schema = _pg(url)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+            " AND application_name = %s",
+            (f"tether:{schema}",),
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_migrator_that_is_only_slow_is_waited_for(
+    pg_url: str, half_way: subprocess.Popen[bytes], capsys: Any
+) -> None:
+    """The legitimate side: another migrator at work (not stopped) that finishes is waited for,
+    and the migration goes on after it (here its half-way work is rolled back by its kill)."""
+    result: list[tuple[int, dict[str, Any]]] = []
+    upgrade = threading.Thread(target=lambda: result.append(_cli(capsys, "db", "init", "--db", pg_url)))
+    upgrade.start()
+    _until("the second migrator to wait for the lock", lambda: _waiting_for_the_lock(pg_url))
+    half_way.kill()  # the first one ends (its transaction rolled back)
+    half_way.wait()
+    upgrade.join(timeout=60)
+    assert result and result[0][0] == 0, result
+
+
+# -- a deployment a later release contracted, read and written unmigrated --------------------------
+
+EXPANDING = "intake.951_add_column"  # a later release's expand-only migration: worked beside
+BREAKING = {"intake": "intake.950_split_request!", "workers": "workers.950_rename_apps!"}
+
+
+class Journal:
+    """The deployment's journal of applied migrations, as a later release writes it."""
+
+    def __init__(self, url: str, folder: Path | None) -> None:
+        self.url, self.folder = url, folder
+
+    def _do(self, sql: str, name: str) -> None:
+        if self.folder is not None:
+            with sqlite3.connect(self.folder / "intake.db") as db:
+                db.execute(sql.replace("%s", "?").replace("now()", "'2026-12-04'"), (name,))
+            return
+        import psycopg
+
+        dsn, schema = _pg(self.url)
+        with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as db:
+            db.execute(sql, (name,))
+
+    def add(self, name: str) -> None:
+        self._do("INSERT INTO _migrations (name, applied_at) VALUES (%s, now())", name)
+
+    def remove(self, name: str) -> None:  # the store restored from before it (or rolled forward)
+        self._do("DELETE FROM _migrations WHERE name = %s", name)
+
+    def waiting(self) -> int:
+        if self.folder is not None:
+            with sqlite3.connect(self.folder / "intake.db") as db:
+                return int(db.execute("SELECT count(*) FROM tether_intake").fetchone()[0])
+        import psycopg
+
+        dsn, schema = _pg(self.url)
+        with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as db:
+            row = db.execute("SELECT count(*) FROM tether_intake").fetchone()
+        return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_submit_and_runs_refuse_an_intake_a_later_release_contracted(
+    kind: str, tmp_path: Path, capsys: Any, request: pytest.FixtureRequest
+) -> None:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    agent = str(tmp_path / "agent" / "agent.yaml")
+    folder = tmp_path / "deployment" if kind == "sqlite" else None
+    url = f"sqlite:///{folder}" if folder is not None else request.getfixturevalue("pg_url")
+    journal = Journal(url, folder)
+    assert _cli(capsys, "db", "init", "--db", url)[0] == 0
+    journal.add(EXPANDING)  # expand-only: submitted and listed as before
+    code, out = _cli(capsys, "submit", "--db", url, "--agent", agent, "note it")
+    assert code == 0, out
+    queued = out["run_id"]
+    assert _cli(capsys, "runs", "list", "--db", url)[1]["runs"][0]["run_id"] == queued
+
+    concerns = ["intake", "workers"] if folder is None else ["intake"]  # a run is bound by the workers
+    for concern in concerns:
+        journal.add(BREAKING[concern])
+        for argv in (["submit", "--db", url, "--agent", agent, "note it"], ["runs", "list", "--db", url]):
+            code, out = _cli(capsys, *argv)
+            assert (code, out["error"]) == (1, "schema_too_new"), (argv, out)
+            assert BREAKING[concern] in out["message"] and "nothing was read or written" in out["message"]
+        assert journal.waiting() == 1  # no row written in the old format
+        journal.remove(BREAKING[concern])
+
+    # The store as this release reads it again: what was queued is still there, and new runs go in.
+    code, out = _cli(capsys, "submit", "--db", url, "--agent", agent, "note it")
+    assert code == 0 and journal.waiting() == 2, out
+    listed = {r["run_id"]: r["status"] for r in _cli(capsys, "runs", "list", "--db", url)[1]["runs"]}
+    assert listed == {queued: "queued", out["run_id"]: "queued"}
