@@ -19,6 +19,14 @@ What did not hold, each fixed here and pinned below:
   no longer had, ``runs list`` listed it. Both now refuse first (``schema_too_new``, exit 1, the
   migration named), nothing read or written; an unmarked (expand-only) migration is worked
   beside as before.
+- a durable step a later release recorded with a key this release does not know (a model
+  response, a tool turn or one of its call outcomes; a SQLite deployment keeps one DBOS version
+  across releases, so a rollback replays what a later release recorded) was replayed without it,
+  silently: the run went on from another state than the one recorded. Round eight refused a
+  record that failed to decode; one that decoded with a key left unread is refused the same way
+  now (``UnreadableStep``: ``run_not_replayed`` naming the key, the workflow left pending for a
+  worker that reads it, nothing run), as a run checkpoint holding a field this release lacks is.
+  The one key an earlier release wrote that this one no longer reads (``timed_out``) still replays.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import _write_version
+from test_rolling_upgrade import Operator, _write_version
+from test_rolling_upgrade_round8 import _holding_agent, _logged, _record, _rewrite
 
 from tether.cli import main
 
@@ -258,3 +267,82 @@ def test_submit_and_runs_refuse_an_intake_a_later_release_contracted(
     assert code == 0 and journal.waiting() == 2, out
     listed = {r["run_id"]: r["status"] for r in _cli(capsys, "runs", "list", "--db", url)[1]["runs"]}
     assert listed == {queued: "queued", out["run_id"]: "queued"}
+
+
+# -- a step a later release recorded with a key this release does not know --------------------------
+
+
+@pytest.mark.parametrize(
+    ("step", "key", "value"),
+    [
+        (1, "refusal", "the model declined: its text is here, not in content"),  # a model response
+        (2, "withheld", ["the call whose result the model must not read"]),  # a tool turn
+    ],
+)
+def test_a_step_recorded_with_a_key_this_release_does_not_know_is_not_replayed_without_it(
+    step: int, key: str, value: Any, tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "agent").mkdir()
+    _holding_agent(tmp_path / "agent")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    gate = tmp_path / "agent" / "gate"
+    gate.write_text("")
+    try:
+        op.start("s1")
+        run_id = op.submit()
+        op.until("the run inside its second turn", lambda: len(op.lines("reads.log")) == 2)
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL  # mid-call: two steps recorded
+        gate.unlink()
+        db = sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite")
+        written = _record(db, run_id, step)
+        _rewrite(db, run_id, step, {**written, key: value})  # as a later release recorded it
+
+        op.start("s1")  # this release (a rollback): it recovers the run and replays its steps
+        ended = ("run_not_replayed", "run_failed", "run_paused", "run_finished")
+        op.until("the replay to end", lambda: [e for e in _logged(tmp_path, "s1") if e["event"] in ended])
+        [told] = [e for e in _logged(tmp_path, "s1") if e["event"] in ended]
+        assert told["event"] == "run_not_replayed", told  # it went on without the key
+        assert told["run_id"] == run_id and key in told["cause"] and "another release" in told["cause"], told
+        [(status,)] = db.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (run_id,))
+        assert status == "PENDING" and op.status(run_id) == ["running"]
+        assert len(op.lines("reads.log")) == 2 and op.lines("effects.log") == []  # nothing ran
+
+        # A worker that reads the record (the later release rolled forward again; played by
+        # putting back what this one reads) recovers the run and finishes it, its effect once.
+        assert op.signal("s1", signal.SIGTERM) == 0
+        _rewrite(db, run_id, step, written)
+        db.close()
+        op.start("s1")
+        op.until("the recovered run to pause", lambda: op.status(run_id) == ["paused"])
+        op.approve(run_id)
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        assert op.runs("show", run_id)["stop_reason"] == "accepted"
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]
+    finally:
+        op.stop()
+
+
+def test_a_turn_an_earlier_release_recorded_with_its_retired_key_still_replays() -> None:
+    """What refusing a later release's key must not break: f71ff92 recorded ``timed_out`` in each
+    turn, which no release reads since; such a turn decodes as before. A key of a later release
+    in a call outcome is refused like one in the turn."""
+    from tether.core.messages import ToolCall
+    from tether.durable._codec import decode_turn
+
+    outcome = {
+        "call": ["c1", "look", {"item": "i1"}], "status": "deny", "spec": None, "arguments": None,
+        "decision": ["deny", "rule", "no", {}], "error": None, "proposal_id": None, "error_reason": None,
+    }  # fmt: skip
+    earlier = {
+        "outcomes": [outcome], "observations": {}, "denied": [0], "waiting": [], "refused": [],
+        "unsettled": [], "unsettled_errors": [], "crashes": [], "timed_out": [], "halted": False,
+        "appended": "{}", "pending": [],
+    }  # fmt: skip
+    calls = [ToolCall("c1", "look", {"item": "i1"})]
+    turn = decode_turn(earlier, lambda name: None, calls)
+    assert [o.status for o in turn.denied] == ["deny"] and not turn.questions
+    later = {**earlier, "outcomes": [{**outcome, "overridden_by": "a later release's reviewer"}]}
+    with pytest.raises(ValueError, match="overridden_by"):
+        decode_turn(later, lambda name: None, calls)
