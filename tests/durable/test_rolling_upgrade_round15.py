@@ -27,6 +27,9 @@ What did not hold, each fixed here and pinned below:
   now (``UnreadableStep``: ``run_not_replayed`` naming the key, the workflow left pending for a
   worker that reads it, nothing run), as a run checkpoint holding a field this release lacks is.
   The one key an earlier release wrote that this one no longer reads (``timed_out``) still replays.
+  A resume's recorded checkpoint step holding such a key failed the run outright (``TypeError``:
+  the workflow ``ERROR``, the run listed failed with its approved effect done): it is refused
+  the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from typing import Any
 
 import pytest
 from test_rolling_upgrade import Operator, _write_version
-from test_rolling_upgrade_round8 import _holding_agent, _logged, _record, _rewrite
+from test_rolling_upgrade_round8 import HOLDING_TOOLS, _holding_agent, _logged, _record, _rewrite
 
 from tether.cli import main
 
@@ -346,3 +349,75 @@ def test_a_turn_an_earlier_release_recorded_with_its_retired_key_still_replays()
     later = {**earlier, "outcomes": [{**outcome, "overridden_by": "a later release's reviewer"}]}
     with pytest.raises(ValueError, match="overridden_by"):
         decode_turn(later, lambda name: None, calls)
+
+
+def _resume_agent(folder: Path) -> None:
+    """Look, note (a person approves it), then look at "hold" (held while the gate exists)."""
+    _write_version(folder, "A")
+    (folder / "tools.py").write_text(HOLDING_TOOLS)
+    steps = [
+        {"call": "look", "arguments": {"item": "i1"}},
+        {"call": "note", "arguments": {"text": "noted"}},
+        {"call": "look", "arguments": {"item": "hold"}},
+    ]
+    (folder / "steps.json").write_text(json.dumps(steps))
+
+
+def _checkpoint_step(db: sqlite3.Connection) -> tuple[str, int]:
+    [(workflow, step)] = db.execute(
+        "SELECT workflow_uuid, function_id FROM operation_outputs WHERE function_name = 'tether.checkpoint'"
+    )
+    return str(workflow), int(step)
+
+
+def test_a_resumes_checkpoint_step_recorded_with_a_key_this_release_does_not_know_is_not_replayed(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A run approved and resumed on a worker of a later release, killed (-9) after its approved
+    effect, inside its next call; this release recovers the resume, whose recorded checkpoint
+    step holds a key it does not know: nothing is run, the run is left as it stood (its effect
+    once), and a worker that reads the step finishes it."""
+    (tmp_path / "agent").mkdir()
+    _resume_agent(tmp_path / "agent")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    gate = tmp_path / "agent" / "gate"
+    gate.write_text("")
+    try:
+        op.start("s1")
+        run_id = op.submit()
+        op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+        op.approve(run_id)
+        op.until("the resumed run inside its next call", lambda: len(op.lines("reads.log")) == 2)
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL
+        gate.unlink()
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]
+        db = sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite")
+        workflow, step = _checkpoint_step(db)
+        written = _record(db, workflow, step)
+        _rewrite(db, workflow, step, {**written, "claim_epoch": 7})  # as a later release recorded it
+
+        before = len(_logged(tmp_path, "s1"))  # what the killed worker logged (the first pause)
+        op.start("s1")
+        ended = ("run_not_replayed", "run_failed", "run_paused", "run_finished")
+
+        def told_now() -> list[dict[str, Any]]:
+            return [e for e in _logged(tmp_path, "s1")[before:] if e["event"] in ended]
+
+        [told] = op.until("the replay to end", told_now)
+        assert told["event"] == "run_not_replayed" and "claim_epoch" in told["cause"], told
+        [(status,)] = db.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (workflow,))
+        assert status == "PENDING"  # not ERROR: a worker that reads the step recovers it
+        assert len(op.lines("reads.log")) == 2 and len(op.lines("effects.log")) == 1  # nothing ran
+
+        assert op.signal("s1", signal.SIGTERM) == 0
+        _rewrite(db, workflow, step, written)
+        db.close()
+        op.start("s1")
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        assert op.runs("show", run_id)["stop_reason"] == "accepted"
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]  # its effect once
+        assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the cut call again
+    finally:
+        op.stop()

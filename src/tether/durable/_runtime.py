@@ -29,7 +29,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
     context_to_json,
     dbos_config,
 )
-from tether.durable._steps import DurableSteps, UnreadableStep, step_options
+from tether.durable._steps import DurableSteps, UnreadableStep, _decoded, step_options
 from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
@@ -269,11 +269,14 @@ async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: Dura
             "trace_events": seen,
         }
 
-    cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
+    cp = await DBOS.run_step_async(step_options(CHECKPOINT_STEP, retry_store=True), load)
+    # The step as another release recorded it (a key this one lacks): ``UnreadableStep``, the
+    # run left pending for a worker that reads it, as any recorded step it cannot read.
+    loaded = _decoded(CHECKPOINT_STEP, lambda: _Loaded(**cp)) if cp is not None else None
     # Another release's format or status (a later one's, beside this one or after a rollback):
     # nothing is run or written; the run stays paused for a worker that reads it.
     try:
-        point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+        point = resume_point(loaded, run_id)
     except CheckpointError as err:
         return {"detail": f"cannot resume {run_id} on this release: {err}", "error": UNREADABLE}
     except ApprovalError as err:
@@ -286,6 +289,9 @@ async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: Dura
     if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
         await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
     return loop
+
+
+CHECKPOINT_STEP = "tether.checkpoint"
 
 
 @dataclass(frozen=True)
