@@ -29,7 +29,9 @@ What did not hold, each fixed here and pinned below:
   The one key an earlier release wrote that this one no longer reads (``timed_out``) still replays.
   A resume's recorded checkpoint step holding such a key failed the run outright (``TypeError``:
   the workflow ``ERROR``, the run listed failed with its approved effect done): it is refused
-  the same way.
+  the same way. A run's request (the workflow's input) holding a key this release does not know
+  (a later release's ``tether submit``: a bound or restriction on the run) was run without it;
+  it is left pending, as round ten left a request naming an op this release does not run.
 """
 
 from __future__ import annotations
@@ -419,5 +421,43 @@ def test_a_resumes_checkpoint_step_recorded_with_a_key_this_release_does_not_kno
         assert op.runs("show", run_id)["stop_reason"] == "accepted"
         assert [r[0] for r in op.lines("effects.log")] == [run_id]  # its effect once
         assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the cut call again
+    finally:
+        op.stop()
+
+
+def test_a_request_holding_a_key_this_release_does_not_know_is_never_run_without_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A later release's ``tether submit`` queued a run whose request says more than this
+    release reads (a bound on the run's spending); after a rollback this release's worker takes
+    it from the intake: it is not run, and the legitimate run beside it goes on."""
+    (tmp_path / "agent").mkdir()
+    _holding_agent(tmp_path / "agent")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    later = op.submit()  # no worker yet: it waits in the intake, where the later key is put
+    with sqlite3.connect(tmp_path / "deployment" / "intake.db") as intake:
+        [(raw,)] = intake.execute("SELECT request FROM tether_intake WHERE run_id = ?", (later,))
+        request = {**json.loads(raw), "max_cost_usd": 0.0}
+        intake.execute("UPDATE tether_intake SET request = ? WHERE run_id = ?", (json.dumps(request), later))
+    try:
+        op.start("s1")
+        legit = op.submit()
+
+        def told() -> list[dict[str, Any]]:
+            logged = _logged(tmp_path, "s1")
+            return [e for e in logged if e.get("run_id") == later and e["event"] != "run_claimed"]
+
+        [event] = op.until("the later request to be refused", told)
+        assert event["event"] == "run_not_replayed" and "max_cost_usd" in event["cause"], event
+        assert later not in [r[0] for r in op.lines("reads.log")]  # nothing of it ran
+        with sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite") as dbos:
+            [(status,)] = dbos.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (later,))
+        assert status == "PENDING"  # a worker that reads the request runs it
+        op.until("the legitimate run to pause", lambda: op.status(legit) == ["paused"])
+        op.approve(legit)
+        op.until("the legitimate run to finish", lambda: op.status(legit) == ["finished"])
+        assert [r[0] for r in op.lines("effects.log")] == [legit]
     finally:
         op.stop()

@@ -142,8 +142,11 @@ async def _indexed(traces: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 # The ops a workflow's request may name (every release wrote ``start`` or ``resume``; a request
-# without one is a start of an earlier release's).
+# without one is a start of an earlier release's), and the keys any release's request held. A
+# key beyond them is a later release's (a bound, a restriction on the run): run without it, the
+# run would not be the one submitted. Such a request waits for a worker that reads it.
 OPS = ("start", "resume")
+REQUEST_KEYS = frozenset({"op", "run_id", "app", "app_digest", "objective", "context", "tenant"})
 
 
 async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,11 +156,13 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     rt = runtime()
     run_id = str(request["run_id"])
     op = request.get("op", "start")
-    if op not in OPS:
+    unknown = sorted(str(k) for k in request if k not in REQUEST_KEYS)
+    if op not in OPS or unknown:
         # A later release's request (or a marker never meant to run): never run as a start.
+        what = f"op {op!r} is not one this release runs" if op not in OPS else f"key {', '.join(unknown)}"
         raise UnreadableStep(
-            f"run {run_id}: its request's op {op!r} is not one this release runs (another release"
-            " wrote it); nothing was run and the run is left pending: run it with a worker of that"
+            f"run {run_id}: its request's {what} (another release wrote it; this one does not know"
+            " it); nothing was run and the run is left pending: run it with a worker of that"
             " release (or roll forward to it)"
         )
     base = {
