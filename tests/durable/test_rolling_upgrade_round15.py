@@ -337,7 +337,7 @@ def test_a_turn_an_earlier_release_recorded_with_its_retired_key_still_replays()
     from tether.durable._codec import decode_turn
 
     outcome = {
-        "call": ["c1", "look", {"item": "i1"}], "status": "deny", "spec": None, "arguments": None,
+        "call": ["c1", "look", '{"item": "i1"}'], "status": "deny", "spec": None, "arguments": None,
         "decision": ["deny", "rule", "no", {}], "error": None, "proposal_id": None, "error_reason": None,
     }  # fmt: skip
     earlier = {
@@ -345,7 +345,7 @@ def test_a_turn_an_earlier_release_recorded_with_its_retired_key_still_replays()
         "unsettled": [], "unsettled_errors": [], "crashes": [], "timed_out": [], "halted": False,
         "appended": "{}", "pending": [],
     }  # fmt: skip
-    calls = [ToolCall("c1", "look", {"item": "i1"})]
+    calls = [ToolCall("c1", "look", json.dumps({"item": "i1"}))]
     turn = decode_turn(earlier, lambda name: None, calls)
     assert [o.status for o in turn.denied] == ["deny"] and not turn.questions
     later = {**earlier, "outcomes": [{**outcome, "overridden_by": "a later release's reviewer"}]}
