@@ -77,6 +77,10 @@ class DurableClient:
         self.url = url
         # The connection that checked the deployment stays open for light reads (live versions).
         self._probe: Any = open_deployment(url)[1] if stores is None else None
+        self._intake_db: Any = None  # a SQLite deployment's intake.db (PostgreSQL: ``db``)
+        self._no_intake = False  # a deployment created before the intake: DBOS's queue only
+        if stores is None:
+            self._refuse_later()
         cfg = dbos_config(url, executor_id="client")
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
@@ -88,10 +92,30 @@ class DurableClient:
         self._stores = stores
         self._own_stores = stores is None
         self._pg: Any = None  # the deployment's database alone, before (or without) its stores
-        self._intake_db: Any = None  # a SQLite deployment's intake.db (PostgreSQL: ``db``)
-        self._no_intake = False  # a deployment created before the intake: DBOS's queue only
         self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
         self._sqlite_version: tuple[float, str] | None = None  # (when read, the deployment's)
+
+    def _refuse_later(self) -> None:
+        """Raise ``SchemaTooNew`` (nothing read or written) for a deployment whose intake (or
+        workers' tables) a later release contracted: read and written here unmigrated."""
+        from tether.sql._journal import check_driver
+        from tether.sql._postgres import PgUrl
+        from tether.sql._sqlite import connect
+
+        if self._probe is not None:
+            try:
+                check_driver(self._probe, PgUrl.parse(self.url).redacted(), ("intake", "workers"))
+            except BaseException:
+                self._probe.close()
+                raise
+            return
+        path = parse_url(self.url).path
+        if path is not None and (path / FILE).exists():
+            conn = connect(path / FILE)
+            try:
+                check_driver(conn, str(path / FILE), ("intake",))
+            finally:
+                conn.close()
 
     @property
     def stores(self) -> Stores:
@@ -110,6 +134,9 @@ class DurableClient:
             from tether.sql._database import Database
 
             self._pg = Database.postgresql(self.url, max_size=2, application_name="tether:client")
+            # Read and written unmigrated (the intake, the workers' tables): a deployment a later
+            # release contracted is refused first, as every store this client migrates is.
+            self._pg.check_journal("intake", "workers")
         return self._pg
 
     def close(self) -> None:
@@ -176,6 +203,7 @@ class DurableClient:
                 self._no_intake = True
                 return None
             self._intake_db = Database.sqlite(loc.path / FILE)
+            self._intake_db.check_journal("intake")  # unmigrated here: refused if a later release's
         return self._intake_db
 
     def _intake_run(self, fn: Any, *args: Any, **kw: Any) -> Any:

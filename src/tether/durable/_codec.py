@@ -19,6 +19,57 @@ from tether.models._base import ModelResponse
 from tether.runs._checkpoint import state_from_json, state_to_json
 from tether.runs._values import RunState
 
+# The keys of each record this release writes, and those an earlier one wrote that it no longer
+# reads (``timed_out``: f71ff92's turns). A key beyond them is a later release's, whose meaning
+# this one cannot know (its text moved elsewhere, a result withheld from the model): replayed
+# without it, the run would go on from another state than the one recorded, silently. Such a
+# record is refused (``UnreadableStep``: the run waits for a worker that reads it), as a run
+# checkpoint holding a field this release lacks is. A later release adds a key only where its
+# value is not the default, so that what it records otherwise still replays here.
+_RESPONSE_KEYS = frozenset(
+    {
+        "content",
+        "reasoning",
+        "tool_calls",
+        "provider_items",
+        "usage",
+        "usage_extra",
+        "model",
+        "cost_usd",
+        "meta",
+    }
+)
+_TURN_KEYS = frozenset(
+    {
+        "outcomes",
+        "observations",
+        "denied",
+        "waiting",
+        "refused",
+        "unsettled",
+        "unsettled_errors",
+        "crashes",
+        "halted",
+        "questions",
+        "checkpointed",
+        "appended",
+        "pending",
+    }
+)
+_RETIRED_TURN_KEYS = frozenset({"timed_out"})
+_OUTCOME_KEYS = frozenset(
+    {"call", "status", "spec", "arguments", "decision", "error", "proposal_id", "error_reason"}
+)
+
+
+def _known(record: Any, keys: frozenset[str], what: str) -> None:
+    """Raise ``ValueError`` (read as ``UnreadableStep``) for a record holding a key not in ``keys``."""
+    if not isinstance(record, dict):
+        raise TypeError(f"a recorded {what} is {type(record).__name__}, not an object")
+    unknown = sorted(str(k) for k in record if k not in keys)
+    if unknown:
+        raise ValueError(f"a recorded {what} holds {', '.join(unknown)}, which this release does not know")
+
 
 def _jsonable(value: Any) -> Any:
     try:
@@ -53,6 +104,7 @@ def encode_response(r: ModelResponse) -> dict[str, Any]:
 
 def decode_response(d: dict[str, Any]) -> ModelResponse:
     """The response ``encode_response`` recorded (an older one without items and extras too)."""
+    _known(d, _RESPONSE_KEYS, "model response")
     calls = tuple(ToolCall(i, n, a) for i, n, a in d["tool_calls"])
     prompt, completion, cached = d["usage"]
     items = tuple(dict(item) for item in d.get("provider_items", ()))
@@ -121,6 +173,7 @@ def apply_turn(data: dict[str, Any], state: RunState) -> None:
     """Re-apply what a recorded turn appended to the run state (replay after recovery), and the
     inherited history as the turn left it: what its child runs (a subagent's) did is folded
     into it (``run_child``), and a bound after the recovery counts it."""
+    _known_turn(data)
     appended = state_from_json(data["appended"])
     state.observations.extend(appended.observations)
     state.calls.extend(appended.calls)
@@ -135,6 +188,7 @@ def apply_turn(data: dict[str, Any], state: RunState) -> None:
 
 def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -> Turn:
     """The ``Turn`` a recorded step returned; ``resolve`` maps a tool name to its ``ToolSpec``."""
+    _known_turn(data)
     outcomes = []
     for o in data["outcomes"]:
         d = o["decision"]
@@ -170,3 +224,9 @@ def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -
         }
         turn.checkpointed = bool(turn.questions)
     return turn
+
+
+def _known_turn(data: Any) -> None:
+    _known(data, _TURN_KEYS | _RETIRED_TURN_KEYS, "tool turn")
+    for outcome in data["outcomes"]:
+        _known(outcome, _OUTCOME_KEYS, "call outcome")

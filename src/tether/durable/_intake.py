@@ -181,9 +181,10 @@ class Submitter:
 
     def __init__(self, url: str) -> None:
         from tether.durable._deploy import open_deployment
+        from tether.sql._journal import check_driver
 
         t, conn = open_deployment(url)
-        self.dialect = t.backend
+        self.dialect, where = t.backend, t.describe()
         if conn is None:
             from tether.sql._sqlite import connect
 
@@ -191,8 +192,18 @@ class Submitter:
             path = t.path / FILE
             if not path.exists():
                 raise IntakeMissing(str(path))
-            conn = connect(path)
+            conn, where = connect(path), str(path)
         self._conn: Any = conn
+        try:
+            # Written unmigrated, on the driver's connection: a store a later release contracted
+            # (and, on PostgreSQL, the workers' table it binds a run by) is refused before a row.
+            check_driver(conn, where, self._concerns())
+        except BaseException:
+            conn.close()
+            raise
+
+    def _concerns(self) -> tuple[str, ...]:
+        return ("intake", "workers") if self.dialect == "postgresql" else ("intake",)
 
     def close(self) -> None:
         self._conn.close()

@@ -29,7 +29,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
     context_to_json,
     dbos_config,
 )
-from tether.durable._steps import DurableSteps, UnreadableStep, step_options
+from tether.durable._steps import DurableSteps, UnreadableStep, _decoded, step_options
 from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
@@ -142,8 +142,11 @@ async def _indexed(traces: Any, run_id: str) -> list[dict[str, Any]]:
 
 
 # The ops a workflow's request may name (every release wrote ``start`` or ``resume``; a request
-# without one is a start of an earlier release's).
+# without one is a start of an earlier release's), and the keys any release's request held. A
+# key beyond them is a later release's (a bound, a restriction on the run): run without it, the
+# run would not be the one submitted. Such a request waits for a worker that reads it.
 OPS = ("start", "resume")
+REQUEST_KEYS = frozenset({"op", "run_id", "app", "app_digest", "objective", "context", "tenant"})
 
 
 async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,11 +156,13 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     rt = runtime()
     run_id = str(request["run_id"])
     op = request.get("op", "start")
-    if op not in OPS:
+    unknown = sorted(str(k) for k in request if k not in REQUEST_KEYS)
+    if op not in OPS or unknown:
         # A later release's request (or a marker never meant to run): never run as a start.
+        what = f"op {op!r} is not one this release runs" if op not in OPS else f"key {', '.join(unknown)}"
         raise UnreadableStep(
-            f"run {run_id}: its request's op {op!r} is not one this release runs (another release"
-            " wrote it); nothing was run and the run is left pending: run it with a worker of that"
+            f"run {run_id}: its request's {what} (another release wrote it; this one does not know"
+            " it); nothing was run and the run is left pending: run it with a worker of that"
             " release (or roll forward to it)"
         )
     base = {
@@ -269,11 +274,14 @@ async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: Dura
             "trace_events": seen,
         }
 
-    cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
+    cp = await DBOS.run_step_async(step_options(CHECKPOINT_STEP, retry_store=True), load)
+    # The step as another release recorded it (a key this one lacks): ``UnreadableStep``, the
+    # run left pending for a worker that reads it, as any recorded step it cannot read.
+    loaded = _decoded(CHECKPOINT_STEP, lambda: _Loaded(**cp)) if cp is not None else None
     # Another release's format or status (a later one's, beside this one or after a rollback):
     # nothing is run or written; the run stays paused for a worker that reads it.
     try:
-        point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+        point = resume_point(loaded, run_id)
     except CheckpointError as err:
         return {"detail": f"cannot resume {run_id} on this release: {err}", "error": UNREADABLE}
     except ApprovalError as err:
@@ -286,6 +294,9 @@ async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: Dura
     if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
         await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
     return loop
+
+
+CHECKPOINT_STEP = "tether.checkpoint"
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from tether.durable._versions import app_digest, deployment_version_at, version_
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._ledger import _owner
 from tether.runs._checkpoint import checkpoint_tenant
-from tether.sql._database import Database, blocking, later_breaking
+from tether.sql._database import Database, blocking
+from tether.sql._journal import later_breaking
 from tether.stores._url import Stores, open_stores
 
 _ONE_PER_PROCESS = threading.Lock()  # held by the worker that runs DBOS in this process

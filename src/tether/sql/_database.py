@@ -20,7 +20,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,11 +28,13 @@ from typing import Any, ClassVar, Concatenate, Literal, ParamSpec, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Connection, Engine, Table, create_engine, event, select, text
+from sqlalchemy import inspect as inspect_db
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
+from tether.sql._journal import BREAKING_MARK, KNOWN_BREAKING, refuse_later
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
 from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
@@ -57,22 +59,6 @@ class MigrationBusy(StoreUnavailable):
     reason = "store_busy"
 
 
-# A later release's migration that a release not knowing it cannot work beside (a column renamed
-# or dropped, a value's meaning changed: not expand-only) ends its name with this mark
-# ("approvals.007_rename_x!"). A release that finds such a name of a concern it opens, not its
-# own, refuses the store (``SchemaTooNew``) before it reads or writes a row; an unmarked migration
-# it does not know (a column added) is worked beside, as every tether migration so far.
-BREAKING_MARK = "!"
-
-
-class SchemaTooNew(ConfigError):
-    """A store a later release migrated in a way this release cannot read or write (a migration
-    it does not know, marked ``BREAKING_MARK``). Nothing was read or written: run the release
-    that migrated it (or a later one), or restore the store from before that migration."""
-
-    reason = "schema_too_new"
-
-
 def _create(concern: str) -> Callable[[Connection], None]:
     """Create what is missing of the concern's tables, columns and indexes (data kept)."""
 
@@ -89,7 +75,6 @@ def _create(concern: str) -> Callable[[Connection], None]:
 
 def _add_columns(conn: Connection, table: Table) -> None:
     """Add the declared columns an older table lacks (each must be nullable or have a default)."""
-    from sqlalchemy import inspect as inspect_db
     from sqlalchemy.schema import CreateColumn
 
     have = {c["name"] for c in inspect_db(conn).get_columns(table.name, schema=table.schema)}
@@ -122,6 +107,9 @@ MIGRATIONS["users"] += (("users.002_session_seen", _create("users")),)
 MIGRATIONS["workers"] += (("workers.002_versions", _create("workers")),)
 # Workers' owner token (owner, owner_since): a restarted worker under its dead one's host and pid.
 MIGRATIONS["workers"] += (("workers.003_owner", _create("workers")),)
+
+# A marked migration of this release's own is known to it (``_journal``): it refuses only another's.
+assert {n for steps in MIGRATIONS.values() for n, _ in steps if n.endswith(BREAKING_MARK)} <= KNOWN_BREAKING
 
 # One write lock per SQLite file per process, shared by every Database on that file.
 _WRITE_LOCKS: dict[str, threading.Lock] = {}
@@ -315,14 +303,43 @@ class Database:
                 break
             except MigrationBusy as err:
                 if attempt == MIGRATION_TRIES:
-                    raise MigrationBusy(
-                        f"{self._key}: migration {err} could not take its table's lock"
-                        f" ({MIGRATION_TRIES} tries of {MIGRATION_LOCK_WAIT_S:g} s): another session"
-                        " holds it (a worker of any release inside a transaction, or stopped in one:"
-                        " pg_stat_activity, state 'idle in transaction'); nothing of it was written"
-                    ) from None
+                    raise MigrationBusy(self._busy(str(err))) from None
         self._migrated.add(concern)
         return done
+
+    def _busy(self, what: str) -> str:
+        """Why a migration gave up: its table's lock, or the migration lock and who holds it."""
+        tries = f"({MIGRATION_TRIES} tries of {MIGRATION_LOCK_WAIT_S:g} s)"
+        if what != MIGRATION_LOCK:
+            return (
+                f"{self._key}: migration {what} could not take its table's lock {tries}: another"
+                " session holds it (a worker of any release inside a transaction, or stopped in one:"
+                " pg_stat_activity, state 'idle in transaction'); nothing of it was written"
+            )
+        holders = "pid not known"
+        with suppress(Exception):  # who it is, if that can be read: the message stands without
+            holders = self.snapshot(_lock_holders) or "a session now gone"
+        return (
+            f"{self._key}: another migrator held {what} {tries}: {holders} (a tether db init or a"
+            " worker's start, of any release, stopped mid-migration: suspended with Ctrl-Z, frozen,"
+            " in a debugger); nothing was written"
+        )
+
+    def check_journal(self, *concerns: str | None) -> None:
+        """Refuse (``SchemaTooNew``) a store whose ``concerns`` (``None``: any) a later release
+        migrated past this one, for a caller that opens it without migrating it (``migrate``
+        checks its own concern); once per ``Database`` and concern."""
+        todo = [c for c in concerns if f"journal:{c}" not in self._migrated]
+        if not todo:
+            return
+
+        def names(conn: Connection) -> list[str]:
+            if not inspect_db(conn).has_table(migrations_table.name):
+                return []  # no journal yet: a store of an earlier release, or a new one
+            return list(conn.scalars(select(migrations_table.c.name)))
+
+        refuse_later(self._key, self.snapshot(names), todo)
+        self._migrated.update(f"journal:{c}" for c in todo)
 
     def _ensure_schema(self) -> None:
         if not self.schema or "schema" in self._migrated:
@@ -519,47 +536,60 @@ class _Lost(Exception):
     """The connection died before the commit: nothing was written, the operation may run again."""
 
 
-def later_breaking(applied: Iterable[str], concern: str | None = None) -> list[str]:
-    """The migrations in ``applied`` (of ``concern``; ``None``: of any) that a later release
-    applied and marked ``BREAKING_MARK``, which this release does not know: this release must not
-    read or write those stores."""
-    known = {name for steps in MIGRATIONS.values() for name, _ in steps}
-    prefix = f"{concern}." if concern is not None else ""
-    return sorted(n for n in applied if n.startswith(prefix) and n.endswith(BREAKING_MARK) and n not in known)
-
-
 def _too_new(key: str, concern: str, steps: tuple[Migration, ...], applied: set[str]) -> None:
     """Refuse a store a later release migrated past what this release can work beside."""
-    later = [n for n in later_breaking(applied, concern) if n not in {name for name, _ in steps}]
-    if later:
-        raise SchemaTooNew(
-            f"{key}: the {concern} store was migrated by a later release ({', '.join(later)}), in a"
-            " way this release cannot read or write; nothing was read or written. Run that release"
-            " (or a later one) here, or restore the store from before that migration"
-        )
+    refuse_later(key, applied - {name for name, _ in steps}, [concern])
 
 
 def _migrate(
     dialect: str, concern: str, steps: tuple[Migration, ...], key: str, conn: Connection
 ) -> list[str]:
     if dialect == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
-        # A DDL statement queued for its table's lock behind a worker's transaction holds up
-        # every later statement on that table (every worker's heartbeat: the deployment stalls,
-        # for good when that worker is stopped mid-transaction). It lets go instead (``migrate``).
+        # Every wait of a migration is bounded, the migrators' own lock's too: a DDL statement
+        # queued for its table's lock behind a worker's transaction holds up every later statement
+        # on that table (every worker's heartbeat), and a migrator stopped while it holds the
+        # migration lock (a ``tether db init`` suspended with Ctrl-Z, a frozen container) held up
+        # every later migrator, every worker's start, without a word. Each lets go instead.
         conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
+        _locked(conn, MIGRATION_LOCK, functools.partial(conn.execute, _TAKE_LOCK))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))
     _too_new(key, concern, steps, applied)
     done = []
     for name, step in steps:
         if name not in applied:
-            try:
-                step(conn)
-            except DBAPIError as err:
-                if getattr(err.orig, "sqlstate", None) == "55P03":  # lock_not_available
-                    raise MigrationBusy(name) from None
-                raise
+            _locked(conn, name, functools.partial(step, conn))
             conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
             done.append(name)
     return done
+
+
+def _locked(conn: Connection, what: str, fn: Callable[[], Any]) -> None:
+    """``fn()``; ``MigrationBusy(what)`` when a lock it waited for was not had in time."""
+    try:
+        fn()
+    except DBAPIError as err:
+        if getattr(err.orig, "sqlstate", None) == "55P03":  # lock_not_available
+            raise MigrationBusy(what) from None
+        raise
+
+
+# The migrators' own lock (PostgreSQL's advisory lock, one per database, every release's).
+MIGRATION_LOCK = "the migration lock"
+_LOCK_KEY = "hashtext('tether_migrations')"
+_TAKE_LOCK = text(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
+_LOCK_HOLDERS = (
+    "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),"
+    " extract(epoch FROM now() - a.state_change)::float FROM pg_locks l"
+    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted"
+    f" AND l.objsubid = 1 AND l.objid = ({_LOCK_KEY}::bigint & 4294967295)::oid"
+    f" AND l.classid = (({_LOCK_KEY}::bigint >> 32) & 4294967295)::oid"
+)
+
+
+def _lock_holders(conn: Connection) -> str:
+    """Who holds the migration lock: "pid 12 (tether:init, idle in transaction for 40 s)"."""
+    rows = conn.execute(text(_LOCK_HOLDERS)).all()
+    return "; ".join(
+        f"pid {p} ({name or 'no name'}, {state} for {s or 0:.0f} s)" for p, name, state, s in rows
+    )
