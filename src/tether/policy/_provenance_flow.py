@@ -243,8 +243,12 @@ def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Orig
 
 FRAGMENT_DIGITS = 4  # the digits at a write's edge judged as a piece of a number the store may make
 _EDGE_CHARS = 64
-_RUN = re.compile(r"[\d\s()+./_-]*")
+# Digits and what a number is printed with between them (``find_numbers``): a comma or an
+# apostrophe only where it groups thousands.
+_MARKS = r"\s()+./_\-\u00b7\u2010-\u2015\u2212"
+_RUN = re.compile(rf"(?:[\d{_MARKS}]|[,'\u2019](?=\d{{3}}))*")
 _CENTS_AT_END = re.compile(r"(?<=\d)\.\d\d$")
+_EDGE_MARKS = " ()+./_-\u00b7\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
 
 
 def edge_fragments(value: str) -> list[str]:
@@ -256,7 +260,7 @@ def edge_fragments(value: str) -> list[str]:
     after it opens with digits. Judged where it came from like a number (``handle_origins``)."""
     text = undated(unfold(value, fold_case=False))
     head = _RUN.match(text[:_EDGE_CHARS])
-    raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(" ()+./_-")) if head else ""
+    raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
 
 
@@ -277,7 +281,7 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
-_NUMERAL = re.compile(r"[\d\s()+./_-]+")
+_NUMERAL = re.compile(rf"[\d{_MARKS},'\u2019]+")
 
 
 def _digits(text: str) -> str:
