@@ -459,10 +459,11 @@ _EMAIL = re.compile(
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
 # ... and as a bank prints one: in groups of four, set apart by spaces (a run of them, or a line
-# break: ``normalise`` compares values so) or a dash of any kind, spaced or not.
+# break: ``normalise`` compares values so), a dash of any kind (spaced or not), or a dot, slash
+# or underscore before a group with a digit (not a host's or a path's words: ``db01.prod.east``).
 _WHITE = r"[ \t\r\n]"  # what ``normalise`` reads as one space, in runs
 _DASHES = "\u2010-\u2015\u2212"  # hyphens, figure, en and em dashes, the minus sign
-_PRINTED_GAP = rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++)"
+_PRINTED_GAP = rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|[./_](?=[a-z]{{0,3}}\d))"
 _IBAN_PRINTED = re.compile(
     rf"(?<![a-z0-9])[a-z]{{2}}\d{{2}}(?:{_PRINTED_GAP}[a-z0-9]{{4}}){{2,7}}"
     rf"(?:{_PRINTED_GAP}[a-z0-9]{{1,3}})?(?![a-z0-9])"
@@ -490,11 +491,10 @@ def find_handles(text: str) -> list[str]:
 
 
 # A number set apart from words as a reader takes one whole (``contains_whole``): digits, with
-# what a phone or an account is printed with between them, a "+" before: spaces (a run of them,
-# or a line break: ``normalise`` compares values so), a dot, dash of any kind, slash, underscore
-# or middle dot (spaced or not), a bracket, or a comma or an apostrophe grouping thousands
-# (``000,123,456,789``, ``000'123'456'789``); not run on from a token (an address, a path, an
-# id, a fraction's digits) nor into one. Possessive: no run of spaces is read two ways.
+# what a phone or an account is printed with between them, a "+" before: spaces (runs, line
+# breaks: as ``normalise`` reads them), a dot, dash of any kind, slash, underscore or middle dot
+# (spaced or not), a bracket, a comma or apostrophe grouping thousands (``000'123'456'789``);
+# not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
 _NUMBER_GAP = (
     rf"(?:[,'\u2019](?=\d{{3}}(?!\d))"
     rf"|{_WHITE}*+(?:[./_\-{_DASHES}\u00b7]{_WHITE}*+)?[()]?{_WHITE}*+)"
