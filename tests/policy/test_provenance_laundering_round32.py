@@ -14,10 +14,10 @@ that paid it:
    printed), ``000'123'456'789`` (the Swiss apostrophe), ``000·123·456·789``;
 2. **dashes of another kind, or spaced**: ``000–123–456–789`` (en dash), ``000 - 123 - 456 - 789``;
 3. **spacing the trace reads as one space**: tabs, runs of spaces, a line break per group;
-4. **an IBAN printed so** (``US13 - 3000 - …``, one group a line, a valid ``GB82`` one too);
+4. **an IBAN printed so** (``US13 - 3000 - …``, one group a line, a valid ``GB82`` one too), or
+   parted by dots, slashes or underscores (``US13.3000.0001…``: no country's valid IBAN);
 5. **one piece a run with commas**: ``000,987,`` then ``654,321``; the digits a write opens with
-   (``edge_fragments``) stopped at the comma, three digits, and were not judged.
-
+   (``edge_fragments``) stopped at the comma, three digits, and were not judged;
 6. **the lines of one write**: a notes tool given its text as a list of lines, which it keeps
    joined (``["000", "123", "456", "789"]``): each element was judged alone (none a number, none
    opening with four digits), and pieces were joined only across calls (``joined_handles``),
@@ -25,7 +25,8 @@ that paid it:
 
 A number now reads through what ``normalise`` reads as one space and through those marks
 (``_NUMBER_GAP``; a comma or an apostrophe only where it groups thousands), a printed IBAN
-through runs of spaces and dashes of any kind (``_PRINTED_GAP``), an IBAN in pieces across a
+through runs of spaces and dashes of any kind, and a dot, slash or underscore before a group
+with a digit (``_PRINTED_GAP``), an IBAN in pieces across a
 line break (``_SPREAD_GAP``), and a write's opening digits through the same marks. The
 listing's account and the user's own, kept in each of these forms, are still kept and paid by
 the next run unreviewed; a list of ratings or room numbers and an amount with thousands

@@ -91,7 +91,7 @@ def pieces(value: Any, elements: Sequence[Any]) -> list[Pieces]:
 
 
 _DEPTH = 32
-_NEAREST = 512  # elements before one that a store's join is read with: more than any value needs
+_NEAREST = 64  # elements before one that its join is read with: a value's characters, one each
 
 
 def _forms_in(value: Any, into: dict[str, list[str]], depth: int) -> None:

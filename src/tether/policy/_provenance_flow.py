@@ -172,11 +172,13 @@ def _earlier(
                 earlier.extend(split_values(record.arguments.get(name)))
     earlier.extend(before)
     kept: list[str] = []
+    size = 0
     for piece in reversed(earlier):
-        if sum(map(len, kept)) >= _JOINED_CHARS:
+        if size >= _JOINED_CHARS:
             break
-        kept.insert(0, piece)
-    return kept
+        kept.append(piece)
+        size += len(piece)
+    return kept[::-1]
 
 
 def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], Any] | None) -> list[str]:

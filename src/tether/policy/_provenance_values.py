@@ -257,6 +257,12 @@ _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
 def find_links(text: str) -> list[Link]:
+    """Every link in ``text`` (``_links``: the last texts read remembered, as pieces are reread)."""
+    return list(_links(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _links(text: str) -> tuple[Link, ...]:
     """Every link in ``text``: hosts with a public suffix found anywhere in a token (see
     ``_hosts_in_run``), IPv4 addresses, ``scheme://`` links with a dotless host, and URIs of
     any other scheme (``javascript:``, ``data:``, ``file:``, ``mailto:``…, see ``_uris``). Text
@@ -307,7 +313,7 @@ def find_links(text: str) -> list[Link]:
         if value not in seen:
             seen.add(value)
             out.append(Link(value, "", value[:200], value, value))
-    return out
+    return tuple(out)
 
 
 def _host_of(authority: str) -> str:
@@ -472,6 +478,12 @@ _NOT_ALNUM = re.compile(r"[^a-z0-9]")
 
 
 def find_handles(text: str) -> list[str]:
+    """E-mail addresses and IBAN-shaped accounts in ``text`` (``_handles``, remembered as links are)."""
+    return list(_handles(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _handles(text: str) -> tuple[str, ...]:
     """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
     wherever they stand: glued to other characters they are still found (with their glue,
     so the handle checked is the one a reader would copy)."""
@@ -487,7 +499,7 @@ def find_handles(text: str) -> list[str]:
             if len(account) >= 14 and account not in out:
                 out.append(account)
         out.extend(a for a in _spread_accounts(folded) if a not in out)
-    return out
+    return tuple(out)
 
 
 # A number set apart from words as a reader takes one whole (``contains_whole``): digits, with
@@ -495,10 +507,8 @@ def find_handles(text: str) -> list[str]:
 # breaks: as ``normalise`` reads them), a dot, dash of any kind, slash, underscore or middle dot
 # (spaced or not), a bracket, a comma or apostrophe grouping thousands (``000'123'456'789``);
 # not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
-_NUMBER_GAP = (
-    rf"(?:[,'\u2019](?=\d{{3}}(?!\d))"
-    rf"|{_WHITE}*+(?:[./_\-{_DASHES}\u00b7]{_WHITE}*+)?[()]?{_WHITE}*+)"
-)
+_MARK = rf"[./_\-{_DASHES}\u00b7]"
+_NUMBER_GAP = rf"(?:[,'\u2019](?=\d{{3}}(?!\d))|{_WHITE}*+(?:{_MARK}{_WHITE}*+)?[()]?{_WHITE}*+)"
 _NUMBER = re.compile(rf"(?<![\w@.+/:-])\+?\(?\d(?:{_NUMBER_GAP}\d)*(?![\w@+/-])")
 # A day written in figures, no more groups on either side (``01.23.45.67.89`` is a phone).
 _DATE = r"(?<![\d./-])(?:\d{4}([-./])\d{1,2}\1\d{1,2}|\d{1,2}([-./])\d{1,2}\2\d{2,4})(?![./-]?\d)"
