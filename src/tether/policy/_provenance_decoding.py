@@ -26,7 +26,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["decoded", "self_decoded"]
+__all__ = ["decoded", "decoded_forms", "self_decoded"]
 
 _DEPTH = 3  # layers of encoding undone
 _MOST = 16  # decoded forms of one value, at most
@@ -77,6 +77,11 @@ def self_decoded(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
     return None if out == arguments else out
 
 
+def decoded_forms(value: str) -> list[str]:
+    """The texts ``value`` is also judged as (``self_decoded``): its base64, layer by layer."""
+    return _layers(value, _base64_once)
+
+
 _NESTED = 32  # a value's levels walked (a call's value has at most 16 nested containers)
 
 
@@ -84,7 +89,7 @@ def _forms(value: Any, depth: int) -> Any:
     if depth > _NESTED:
         return value
     if isinstance(value, str):
-        forms = _layers(value, _base64_once)
+        forms = decoded_forms(value)
         return [value, *forms] if forms else value
     if isinstance(value, list):
         return [_forms(item, depth + 1) for item in value]

@@ -8,7 +8,7 @@ written into a store in pieces is looked for in what those pieces make together
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tether.core.types import Effect
@@ -152,13 +152,17 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
 _JOINED_CHARS = 512  # the run's earlier pieces looked at: more than any address or account needs
 
 
-def _earlier(call: Any, argument: str, rules_of: Callable[[str], Any] | None = None) -> list[str]:
+def _earlier(
+    call: Any, argument: str, rules_of: Callable[[str], Any] | None = None, before: Sequence[str] = ()
+) -> list[str]:
     """What the run's earlier calls that wrote ``call``'s store (and those beside it in its turn)
-    gave as ``argument``, the last ``_JOINED_CHARS`` of it, piece by piece: nothing for a read (it
-    keeps nothing). A store is its tool's, or, for tools that declare the kind of record they act
-    on (``ToolSpec.target``: ``create_file`` and ``append_to_file`` both on a ``file``), every
-    side-effecting tool's of that kind, whose arguments of ``argument``'s role (``rules_of``) are
-    the pieces: a file created with one half of an account and appended the other holds it."""
+    gave as ``argument``, then the elements of ``argument`` before the one judged (``before``: a
+    store joins a list's lines), the last ``_JOINED_CHARS`` of it, piece by piece: nothing for a
+    read (it keeps nothing). A store is its tool's, or, for tools that declare the kind of record
+    they act on (``ToolSpec.target``: ``create_file`` and ``append_to_file`` both on a ``file``),
+    every side-effecting tool's of that kind, whose arguments of ``argument``'s role
+    (``rules_of``) are the pieces: a file created with one half of an account and appended the
+    other holds it."""
     if not call.spec.effect.side_effecting or argument in call.reshaped:
         return []  # a value its tool reshapes is joined as the store keeps it (``judged_as_received``)
     earlier: list[str] = []
@@ -166,12 +170,15 @@ def _earlier(call: Any, argument: str, rules_of: Callable[[str], Any] | None = N
         if record.status in SENT and isinstance(record.arguments, Mapping):
             for name in _written_as(call, argument, record.tool, rules_of):
                 earlier.extend(split_values(record.arguments.get(name)))
+    earlier.extend(before)
     kept: list[str] = []
+    size = 0
     for piece in reversed(earlier):
-        if sum(map(len, kept)) >= _JOINED_CHARS:
+        if size >= _JOINED_CHARS:
             break
-        kept.insert(0, piece)
-    return kept
+        kept.append(piece)
+        size += len(piece)
+    return kept[::-1]
 
 
 def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], Any] | None) -> list[str]:
@@ -192,14 +199,19 @@ def _written_as(call: Any, argument: str, tool: str, rules_of: Callable[[str], A
 
 
 def party_handles(
-    index: ProvenanceIndex, call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+    index: ProvenanceIndex,
+    call: Any,
+    argument: str,
+    value: str,
+    rules_of: Callable[[str], Any] | None = None,
+    before: Sequence[Sequence[str]] = (),
 ) -> list[tuple[str, list[Origin]]]:
     """What in ``value`` (``argument`` of ``call``) points at a party, each with its origins
     (``handle_origins``) to be judged: its addresses and accounts (``find_handles``), its long
     numbers (``find_numbers``: a phone, an account of digits) but those that are digits of an
     account the store makes with the run's earlier pieces, and what it makes with those pieces
     (``joined_handles``)."""
-    joined = joined_handles(call, argument, value, rules_of)
+    joined = joined_handles(call, argument, value, rules_of, before)
     accounts = [j for j in joined if "@" not in j]
     numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
     handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
@@ -211,7 +223,7 @@ def party_handles(
     found = [(h, handle_origins(index, h)) for h in handles]
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
-    if writes and not joined_links(call, argument, value, rules_of):
+    if writes and not joined_links(call, argument, value, rules_of, before):
         found += link_pieces(index, value)
     return found
 
@@ -243,8 +255,12 @@ def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Orig
 
 FRAGMENT_DIGITS = 4  # the digits at a write's edge judged as a piece of a number the store may make
 _EDGE_CHARS = 64
-_RUN = re.compile(r"[\d\s()+./_-]*")
+# Digits and what a number is printed with between them (``find_numbers``): a comma or an
+# apostrophe only where it groups thousands.
+_MARKS = r"\s()+./_\-\u00b7\u2010-\u2015\u2212"
+_RUN = re.compile(rf"(?:[\d{_MARKS}]|[,'\u2019](?=\d{{3}}))*")
 _CENTS_AT_END = re.compile(r"(?<=\d)\.\d\d$")
+_EDGE_MARKS = " ()+./_-\u00b7\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
 
 
 def edge_fragments(value: str) -> list[str]:
@@ -256,7 +272,7 @@ def edge_fragments(value: str) -> list[str]:
     after it opens with digits. Judged where it came from like a number (``handle_origins``)."""
     text = undated(unfold(value, fold_case=False))
     head = _RUN.match(text[:_EDGE_CHARS])
-    raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(" ()+./_-")) if head else ""
+    raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
 
 
@@ -277,7 +293,7 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
-_NUMERAL = re.compile(r"[\d\s()+./_-]+")
+_NUMERAL = re.compile(rf"[\d{_MARKS},'\u2019]+")
 
 
 def _digits(text: str) -> str:
@@ -285,7 +301,11 @@ def _digits(text: str) -> str:
 
 
 def joined_handles(
-    call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+    call: Any,
+    argument: str,
+    value: str,
+    rules_of: Callable[[str], Any] | None = None,
+    before: Sequence[Sequence[str]] = (),
 ) -> list[str]:
     """Addresses and accounts (``find_handles``) that ``value``, given as ``argument`` to the
     side-effecting ``call`` (a ``ProposedCall``), makes with what the run's earlier calls of its
@@ -294,7 +314,14 @@ def joined_handles(
     note, a memory) joins them: an account an injected page gave, written in two appends of ten
     and thirteen digits, is read back whole from the user's own notes, by this run or by a later
     run that never saw the page."""
-    kept = _earlier(call, argument, rules_of)
+    found: dict[str, str] = {}
+    for pieces in before or [()]:  # each way a store may keep the argument's elements before it
+        for h in _joined_handles(_earlier(call, argument, rules_of, pieces), value):
+            found.setdefault(_digits(h) if "@" not in h and _NUMERAL.fullmatch(h) else h, h)
+    return list(found.values())
+
+
+def _joined_handles(kept: list[str], value: str) -> list[str]:
     if not kept:
         return []
     alone = {h for piece in (*kept, value) for h in find_handles(piece)}
@@ -323,14 +350,27 @@ _GLUES = ("", " ", "\n")  # how a store may join what it is given
 
 
 def joined_links(
-    call: Any, argument: str, value: str, rules_of: Callable[[str], Any] | None = None
+    call: Any,
+    argument: str,
+    value: str,
+    rules_of: Callable[[str], Any] | None = None,
+    before: Sequence[Sequence[str]] = (),
 ) -> list[Link]:
     """Links (``find_links``) that ``value``, written by the store ``call`` (a tool declared
     ``write``: a file appended to, a note, a memory), makes with the run's earlier pieces of the
     same argument (as ``joined_handles``) and that no piece holds: ``secure-systems[`` then
     ``.]example/deal`` are read back from the notes as one link. Not one that is a link of an
     earlier piece run on into ``value`` (``_extends``), nor prose run together (``_run_on``)."""
-    kept = _earlier(call, argument, rules_of) if call.spec.effect is Effect.WRITE else []
+    if call.spec.effect is not Effect.WRITE:
+        return []
+    found: dict[str, Link] = {}
+    for pieces in before or [()]:  # each way a store may keep the argument's elements before it
+        for link in _joined_links(_earlier(call, argument, rules_of, pieces), value):
+            found.setdefault(link.key, link)
+    return list(found.values())
+
+
+def _joined_links(kept: list[str], value: str) -> list[Link]:
     if not kept:
         return []
     alone = {link.key for piece in (*kept, value) for link in find_links(piece)}

@@ -33,6 +33,7 @@ from tether.policy._provenance_declarations import (
     declared_rules,
     rules_from_dict,
 )
+from tether.policy._provenance_elements import Pieces, judged_elements, outside_keys, pieces
 from tether.policy._provenance_flow import confidential_flow, joined_links, party_handles, sent_before
 from tether.policy._provenance_labels import (
     DIRECTORY,
@@ -114,6 +115,7 @@ class _Element:
     classes: set[str]  # the trust classes its origins give it
     out: _Verdict
     shown: dict[str, Any]
+    before: Pieces = ()  # the argument's elements before it, as a store may keep them (``pieces``)
 
 
 class ProvenanceRules:
@@ -213,7 +215,7 @@ class ProvenanceRules:
             if rule is None or value is None:
                 continue
             schema = properties.get(arg)
-            elements = _elements(value, rule, schema)
+            elements = judged_elements(value, rule, schema)
             judged = judged or (arg in given and rule.says_wanted(elements))  # what the model gave
             figures = [figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
             if figures and None not in figures:  # figures paid together: their sum is bounded too
@@ -221,13 +223,13 @@ class ProvenanceRules:
             if not elements and rule.restricts and _has_content(value):
                 # Something the tool receives that yields nothing to judge: fail closed.
                 out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
-            for element in elements:
-                shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
+            for element, before in zip(elements, pieces(value, elements), strict=True):
+                shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out, before))
             if rule.keys:
                 # The rest of what the tool receives (another attachment, an event's text) is no
                 # target, but text it carries on: links and addresses in it are judged as content's.
                 carried = dataclasses.replace(rule, role="content", keys=(), links_from=None, currency=None)
-                for leaf in _outside_keys(value, rule):
+                for leaf in outside_keys(value, rule):
                     shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             for problem in confidential_flow(index, {arg: value}, properties, rules.no_flow):
                 out.worse("approve", problem)
@@ -264,7 +266,13 @@ class ProvenanceRules:
     # -- one element of one argument --------------------------------------------------------
 
     def _judge(
-        self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
+        self,
+        index: ProvenanceIndex,
+        call: ProposedCall,
+        rule: ArgumentRule,
+        element: Any,
+        out: _Verdict,
+        before: Pieces = (),
     ) -> dict[str, Any]:
         text = element if isinstance(element, str) else json.dumps(element)
         origins = (
@@ -278,7 +286,7 @@ class ProvenanceRules:
             "role": rule.role,
             "origins": [o.describe() for o in origins[:5]] + sorted(c for c in classes if ":" in c),
         }
-        case = _Element(index, call, rule, element, text, classes, out, shown)
+        case = _Element(index, call, rule, element, text, classes, out, shown, before)
         arg = rule.argument
         if rule.role == "content":
             self._links(case)
@@ -340,7 +348,7 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does (so
         # does one this write makes with the run's earlier pieces in the same store).
-        for handle, origins in party_handles(index, case.call, arg, text, self._rules_of):
+        for handle, origins in party_handles(index, case.call, arg, text, self._rules_of, case.before):
             _look_alike(arg, handle, out, shown)
             handle_classes = classes_of(index, origins)
             if not handle_classes & allowed:
@@ -354,7 +362,7 @@ class ProvenanceRules:
                         "origins": sorted(handle_classes),
                     },
                 )
-        for link in [*find_links(text), *joined_links(case.call, arg, text, self._rules_of)]:
+        for link in [*find_links(text), *joined_links(case.call, arg, text, self._rules_of, case.before)]:
             _look_alike(arg, link.raw, out, shown)
             link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:
@@ -426,57 +434,6 @@ class ProvenanceRules:
                     "stated_by": by,
                 },
             )
-
-
-def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
-    if rule.role in ("amount", "option") and not isinstance(value, list | dict):
-        return [value]
-    if rule.role == "option":
-        return rule.choices(value, schema)
-    if rule.composed(value):  # numbers the tool may multiply (a quantity, a price): none to bound
-        return []
-    if rule.keys:
-        found: list[Any] = []
-
-        def walk(v: Any, above: tuple[object, ...] = ()) -> None:
-            if isinstance(v, Mapping):
-                for k, item in v.items():
-                    if rule.under_key(k, above) and item is not None:
-                        found.extend(split_values(item))
-                    else:
-                        walk(item, (*above, k))
-            elif isinstance(v, list | tuple):
-                for item in v:
-                    walk(item)
-
-        if isinstance(value, Mapping | list | tuple):
-            walk(value)
-        elif value is not None:
-            found.extend(split_values(value, schema))  # not the declared structure: judged whole
-        return found
-    return list(split_values(value, schema))
-
-
-def _outside_keys(value: Any, rule: ArgumentRule) -> list[str]:
-    """Every scalar and mapping key of ``value`` that stands under none of the rule's ``keys``
-    (however a server spells them: ``ArgumentRule.under_key``)."""
-    found: list[str] = []
-
-    def walk(v: Any, above: tuple[object, ...] = ()) -> None:
-        if isinstance(v, Mapping):
-            for k, item in v.items():
-                if not rule.under_key(k, above):
-                    found.append(str(k))
-                    walk(item, (*above, k))
-        elif isinstance(v, list | tuple):
-            for item in v:
-                walk(item)
-        elif isinstance(v, str | int | float) and not isinstance(v, bool):
-            found.append(str(v))
-
-    if isinstance(value, Mapping | list | tuple):
-        walk(value)
-    return found
 
 
 def _look_alike(arg: str, name: str, out: _Verdict, shown: dict[str, Any]) -> None:

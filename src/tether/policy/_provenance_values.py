@@ -257,6 +257,12 @@ _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
 def find_links(text: str) -> list[Link]:
+    """Every link in ``text`` (``_links``: the last texts read remembered, as pieces are reread)."""
+    return list(_links(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _links(text: str) -> tuple[Link, ...]:
     """Every link in ``text``: hosts with a public suffix found anywhere in a token (see
     ``_hosts_in_run``), IPv4 addresses, ``scheme://`` links with a dotless host, and URIs of
     any other scheme (``javascript:``, ``data:``, ``file:``, ``mailto:``…, see ``_uris``). Text
@@ -307,7 +313,7 @@ def find_links(text: str) -> list[Link]:
         if value not in seen:
             seen.add(value)
             out.append(Link(value, "", value[:200], value, value))
-    return out
+    return tuple(out)
 
 
 def _host_of(authority: str) -> str:
@@ -458,13 +464,26 @@ _EMAIL = re.compile(
 )
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
-# ... and as a bank prints one: in groups of four, set apart by spaces or hyphens.
+# ... and as a bank prints one: in groups of four, set apart by spaces (a run of them, or a line
+# break: ``normalise`` compares values so), a dash of any kind (spaced or not), or a dot, slash
+# or underscore before a group with a digit (not a host's or a path's words: ``db01.prod.east``).
+_WHITE = r"[ \t\r\n]"  # what ``normalise`` reads as one space, in runs
+_DASHES = "\u2010-\u2015\u2212"  # hyphens, figure, en and em dashes, the minus sign
+_PRINTED_GAP = rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|[./_](?=[a-z]{{0,3}}\d))"
 _IBAN_PRINTED = re.compile(
-    r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -][a-z0-9]{4}){2,7}(?:[ -][a-z0-9]{1,3})?(?![a-z0-9])"
+    rf"(?<![a-z0-9])[a-z]{{2}}\d{{2}}(?:{_PRINTED_GAP}[a-z0-9]{{4}}){{2,7}}"
+    rf"(?:{_PRINTED_GAP}[a-z0-9]{{1,3}})?(?![a-z0-9])"
 )
+_NOT_ALNUM = re.compile(r"[^a-z0-9]")
 
 
 def find_handles(text: str) -> list[str]:
+    """E-mail addresses and IBAN-shaped accounts in ``text`` (``_handles``, remembered as links are)."""
+    return list(_handles(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _handles(text: str) -> tuple[str, ...]:
     """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
     wherever they stand: glued to other characters they are still found (with their glue,
     so the handle checked is the one a reader would copy)."""
@@ -476,17 +495,21 @@ def find_handles(text: str) -> list[str]:
                 if m.group(0) not in out:
                     out.append(m.group(0))
         for m in _IBAN_PRINTED.finditer(folded):  # the account it prints, as one value
-            account = m.group(0).replace(" ", "").replace("-", "")
+            account = _NOT_ALNUM.sub("", m.group(0))
             if len(account) >= 14 and account not in out:
                 out.append(account)
         out.extend(a for a in _spread_accounts(folded) if a not in out)
-    return out
+    return tuple(out)
 
 
-# A number set apart from words as a reader takes one whole (``contains_whole``): digits, one
-# space, dot, dash, slash or bracket between them as a phone or an account is printed, a "+"
-# before; not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
-_NUMBER = re.compile(r"(?<![\w@.+/:-])\+?\(?\d(?:[ ./_-]?[()]?[ ]?\d)*(?![\w@+/-])")
+# A number set apart from words as a reader takes one whole (``contains_whole``): digits, with
+# what a phone or an account is printed with between them, a "+" before: spaces (runs, line
+# breaks: as ``normalise`` reads them), a dot, dash of any kind, slash, underscore or middle dot
+# (spaced or not), a bracket, a comma or apostrophe grouping thousands (``000'123'456'789``);
+# not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
+_MARK = rf"[./_\-{_DASHES}\u00b7]"
+_NUMBER_GAP = rf"(?:[,'\u2019](?=\d{{3}}(?!\d))|{_WHITE}*+(?:{_MARK}{_WHITE}*+)?[()]?{_WHITE}*+)"
+_NUMBER = re.compile(rf"(?<![\w@.+/:-])\+?\(?\d(?:{_NUMBER_GAP}\d)*(?![\w@+/-])")
 # A day written in figures, no more groups on either side (``01.23.45.67.89`` is a phone).
 _DATE = r"(?<![\d./-])(?:\d{4}([-./])\d{1,2}\1\d{1,2}|\d{1,2}([-./])\d{1,2}\2\d{2,4})(?![./-]?\d)"
 _DATED = re.compile(_DATE)
@@ -539,7 +562,8 @@ _IBAN_COUNTRIES = (
 )
 _IBAN_LENGTH = {entry[:2]: int(entry[2:]) for entry in _IBAN_COUNTRIES.split()}
 _CHUNK = re.compile(r"[a-z0-9]+")
-_SPREAD_GAP = re.compile(r"[^\w\n@]{1,2}|_")  # what may part two pieces of one account: "." "/" " - "
+# What may part two pieces of one account: "." "/" " - ", spaces however many, a line break.
+_SPREAD_GAP = re.compile(rf"{_WHITE}*(?:[^\w\s@]{_WHITE}*){{0,2}}|_")
 
 
 def _spread_accounts(folded: str) -> list[str]:
