@@ -256,9 +256,16 @@ _ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}", re.IGNORECASE)
 _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
+_REMEMBERED_CHARS = 2048
+"""The longest text whose links and handles are remembered (``_links``, ``_handles``): the
+pieces a store joins are reread once for each element after them (``provenance_elements``), and
+they are short; a long text (a tool's result) is read once. ``bench/provenance_lines.py`` times
+the write of a note of 400 lines with and without them (about 5x)."""
+
+
 def find_links(text: str) -> list[Link]:
-    """Every link in ``text`` (``_links``: the last texts read remembered, as pieces are reread)."""
-    return list(_links(text))
+    """Every link in ``text`` (``_links``; a short text's remembered, as pieces are reread)."""
+    return list(_links(text) if len(text) <= _REMEMBERED_CHARS else _links.__wrapped__(text))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -479,7 +486,7 @@ _NOT_ALNUM = re.compile(r"[^a-z0-9]")
 
 def find_handles(text: str) -> list[str]:
     """E-mail addresses and IBAN-shaped accounts in ``text`` (``_handles``, remembered as links are)."""
-    return list(_handles(text))
+    return list(_handles(text) if len(text) <= _REMEMBERED_CHARS else _handles.__wrapped__(text))
 
 
 @functools.lru_cache(maxsize=1024)
