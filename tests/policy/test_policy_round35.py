@@ -52,7 +52,7 @@ async def _helpers(
         return Agent("child", model)
 
     helper = Subagent("helper", "Does one task.", child)
-    turn = AssistantMessage(tool_calls=[call("helper", task=f"Task {i}.") for i in range(helpers)])
+    turn = AssistantMessage(tool_calls=tuple(call("helper", task=f"Task {i}.") for i in range(helpers)))
     parent = ScriptedModel([turn, "all done"])
     agent = Agent("parent", parent, context=ContextConfig(subagents=[helper]), limits=limits)
     result = await host.run(agent, "Summarise the shop.", context=CTX)
