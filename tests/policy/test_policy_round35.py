@@ -19,9 +19,11 @@ from pydantic import Field
 from tether import Agent, Host, Limits, RunResult, StopReason, tool
 from tether.context import ContextConfig, Subagent
 from tether.core.messages import AssistantMessage
+from tether.core.types import ToolCall
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import Policy, TrustedContext
 from tether.testing import ScriptedModel, call
+from tether.tools import Effect
 from tether.trace import EventKind
 
 pytestmark = pytest.mark.spec("P4", "E5", "C6", "M5", "L3")
@@ -167,3 +169,56 @@ async def test_with_nothing_disabled_every_subject_is_recalled(tmp_path: Path) -
     shown, result = await _recall(tmp_path, set(), ("order",))
     assert all(claim in shown for claim in FACTS.values())
     assert _rejected(result) == []
+
+
+# -- one call made more often than the bound, through helpers ----------------------------------
+# ``max_identical_calls`` bounds how often a run makes one call; each subagent's child run had a
+# detector of its own, so three helpers each refunding order 742 three times paid nine refunds
+# where the parent alone could pay three. A run's detector now counts what the other runs of
+# its invocation did (a child: its parent's calls; a parent: its children's, once they end).
+
+
+async def _refunds(child_calls: list[ToolCall], parent_calls: list[ToolCall]) -> tuple[RunResult, list[str]]:
+    paid: list[str] = []
+
+    @tool(effect=Effect.WRITE)
+    async def refund(order_id: Annotated[str, Field(description="The order.")]) -> str:
+        """Refund an order."""
+        paid.append(order_id)
+        return "refunded"
+
+    host = Host(policy=Policy(allow={"refund"}, automatic_effects={Effect.READ, Effect.WRITE}))
+    host.add_tools(refund)
+    child = lambda: Agent("child", ScriptedModel([AssistantMessage(tool_calls=tuple(child_calls)), "done"]))  # noqa: E731
+    helper = Subagent("helper", "Does one task.", child)
+    turns: list[AssistantMessage | str] = [AssistantMessage(tool_calls=tuple(parent_calls)), "done"]
+    agent = Agent(
+        "parent",
+        ScriptedModel(turns),
+        limits=Limits(max_identical_calls=3),
+        context=ContextConfig(subagents=[helper]),
+    )
+    return await host.run(agent, "Look after order 742.", context=CTX), paid
+
+
+@pytest.mark.anyio
+async def test_helpers_cannot_make_one_call_more_often_than_the_bound_together() -> None:
+    refunds = [call("refund", order_id="742") for _ in range(3)]
+    helpers = [call("helper", task=f"Task {i}.") for i in range(3)]
+    _, paid = await _refunds(refunds, helpers)
+    assert paid.count("742") <= 3  # was 9
+
+
+@pytest.mark.anyio
+async def test_a_helper_after_the_parents_own_calls_counts_them() -> None:
+    parent = [*(call("refund", order_id="742") for _ in range(3)), call("helper", task="Refund 742.")]
+    _, paid = await _refunds([call("refund", order_id="742")], parent)
+    assert paid.count("742") == 3
+
+
+@pytest.mark.anyio
+async def test_helpers_within_the_bound_make_their_calls() -> None:
+    helpers = [call("helper", task=f"Task {i}.") for i in range(3)]
+    result, paid = await _refunds([call("refund", order_id="742")], [*helpers, call("refund", order_id="9")])
+    assert result.stop_reason is StopReason.ACCEPTED
+    assert sorted(paid) == ["742", "742", "742", "9"]

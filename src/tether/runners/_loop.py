@@ -26,7 +26,7 @@ from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
-from tether.runners._spend import fold, within
+from tether.runners._spend import fold, made, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -113,7 +113,6 @@ class AgentLoop:
         self.offered = host.offered(agent.tools)
         # Callbacks close over what they need, not ``self``: no reference cycle outlives the run.
         tracer, state, offered = self.tracer, self.state, tuple(s.name for s in self.offered)
-        limits = self.limits
         self.engine = ContextEngine(
             agent.context,
             instructions=agent.instructions,
@@ -128,7 +127,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state, call_id, offered, limits),
+                _ChildRuns(host, state, call_id, offered, agent.limits),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -138,6 +137,7 @@ class AgentLoop:
 
         self.engine.runner = run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
+        self.repetition.count(made(self.state.inherited_calls))  # what the runs before it did
         self.handoff: Any = None
         self._phase: str | None = None  # "model" or "tools" while the loop waits on one
 
@@ -337,10 +337,11 @@ class AgentLoop:
 
     async def _act(self, calls: list[Any]) -> None:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
-        s, t = self.state, self.tracer
+        s, t, handed = self.state, self.tracer, len(self.state.inherited_calls)
         self._phase = "tools"
         turn = await self.steps.turn(self, calls, self._scope())
         self._phase = None
+        self.repetition.count(made(s.inherited_calls[handed:]))  # what its child runs did
         if turn.halted or turn.crashes:
             stop = turn.stop()
             assert stop is not None

@@ -5,17 +5,19 @@ a parent held to two LLM calls that asks five helpers in one turn, each on the d
 made fifty-odd calls, and its result said two. A child started by a run with a budget runs on
 the smaller of its own limits and what its parent has left (``within``), and when it ends its
 calls, tokens and cost are charged to the parent (``fold``, with what it did): siblings started after it, and
-the parent's next turn, see them.
+the parent's next turn, see them. What it did counts toward the parent's bound on identical
+calls too (``made``), as the parent's calls count toward the child's.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tether.core.stop import Limits
+from tether.core.stop import Limits, call_signature
+from tether.core.types import CallRecord
 from tether.runs._values import RunResult, RunState
 
-__all__ = ["fold", "within"]
+__all__ = ["fold", "made", "within"]
 
 
 def _least(*values: float | None) -> float | None:
@@ -64,3 +66,16 @@ def fold(parent: RunState, child: RunState, result: RunResult) -> None:
     parent.llm_calls += result.llm_calls
     parent.usage = parent.usage + result.usage
     parent.cost_usd += result.cost_usd
+
+
+def made(calls: list[CallRecord]) -> list[str]:
+    """The calls of ``calls`` that ran, as the repetition detector signs them: what a run's
+    ``max_identical_calls`` counts besides its own turns (its parent's calls for a child, its
+    children's for a parent). A resumed run's own calls before the pause are not counted again:
+    it retries with a fresh allowance, as before."""
+    ran = ("ok", "error")
+    return [
+        call_signature(c.tool, c.arguments)
+        for c in calls
+        if c.status in ran and isinstance(c.arguments, dict)
+    ]
