@@ -222,3 +222,21 @@ async def test_helpers_within_the_bound_make_their_calls() -> None:
     result, paid = await _refunds([call("refund", order_id="742")], [*helpers, call("refund", order_id="9")])
     assert result.stop_reason is StopReason.ACCEPTED
     assert sorted(paid) == ["742", "742", "742", "9"]
+
+
+def test_a_childs_cost_and_token_bounds_are_what_its_parent_has_left() -> None:
+    from tether.runners._spend import within
+    from tether.runs._values import RunState
+
+    parent = RunState("p", "q", CTX, 0.0, datetime.now(UTC), llm_calls=3, cost_usd=0.4)
+    bound = Limits(llm_calls=5, llm_calls_hard=6, max_cost_usd=0.5, max_cost_usd_hard=0.6, max_tokens=100)
+    child = within(Limits(max_tokens_hard=50), parent, bound)
+    assert child is not None
+    assert (child.llm_calls, child.llm_calls_hard) == (2, 3)
+    assert child.max_cost_usd == pytest.approx(0.1) and child.max_cost_usd_hard == pytest.approx(0.2)
+    assert (child.max_tokens, child.max_tokens_hard) == (50, 50)  # never above the child's own ceiling
+    parent.cost_usd = 0.5
+    assert within(Limits(), parent, bound) is None  # nothing left: no child starts
+    # A parent with no cost bound leaves the child's; its LLM calls are what the parent has left.
+    narrowed = within(Limits(max_cost_usd=1.0), parent, Limits())
+    assert narrowed == Limits(max_cost_usd=1.0, llm_calls=13, llm_calls_hard=17)
