@@ -2,11 +2,11 @@
 
 A child runs on its own agent's ``Limits``, but its model calls are its parent's invocation's:
 a parent held to two LLM calls that asks five helpers in one turn, each on the default sixteen,
-made fifty-odd calls, and its result said two. A child started by a run with a budget runs on
-the smaller of its own limits and what its parent has left (``within``), and when it ends its
-calls, tokens and cost are charged to the parent (``fold``, with what it did): siblings started after it, and
-the parent's next turn, see them. What it did counts toward the parent's bound on identical
-calls too (``made``), as the parent's calls count toward the child's.
+made fifty-odd calls, and its result said two. A subagent's child runs on the smaller of its own
+limits and what its parent has left (``within``); when any child ends, what it did and its
+calls, tokens and cost are the parent's (``fold``): siblings started after it, and the parent's
+next turn, see them. What it did counts toward the parent's bound on identical calls too
+(``made``), as the parent's calls count toward the child's.
 """
 
 from __future__ import annotations
