@@ -287,7 +287,7 @@ class HostCore:
             return None
         lines = []
         for subject in subjects:
-            if subject in self.disabled_memory:
+            if self._memory_disabled(subject):
                 tracer.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
                 continue
             found = await self.memory.read(
@@ -299,6 +299,14 @@ class HostCore:
                 )
             for rec in found.records:
                 record, src = rec.record, rec.record.source
+                if self._memory_disabled(record.subject):  # read below a subject: still disabled
+                    tracer.emit(
+                        EventKind.MEMORY_REJECTED,
+                        subject=record.subject,
+                        record_id=record.id,
+                        reason="disabled",
+                    )
+                    continue
                 state.memory.append(record)
                 tracer.emit(
                     EventKind.MEMORY_RETRIEVED,
@@ -314,6 +322,12 @@ class HostCore:
         return UserMessage(
             "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
         )
+
+    def _memory_disabled(self, subject: str) -> bool:
+        """Whether ``subject`` is a disabled subject or below one (``order:742:equipment`` under a
+        disabled ``order:742``): a read returns a subject's records and those below it, so what a
+        rollback disabled is never read through a wider or a narrower subject."""
+        return any(subject == d or subject.startswith(d + ":") for d in self.disabled_memory)
 
     # -- decision (private) -----------------------------------------------------------------
 

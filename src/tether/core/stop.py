@@ -90,6 +90,11 @@ class RepetitionDetector:
         self.turns: list[tuple[str, ...]] = []
         self.calls: Counter[str] = Counter()
 
+    def count(self, signatures: list[str]) -> None:
+        """Count calls made outside this run's own turns (by the run that started it, by its child
+        runs) toward ``max_identical_calls``: the bound is the invocation's, not one loop's."""
+        self.calls.update(signatures)
+
     def before(self, signatures: list[str]) -> str | None:
         """Whether a turn's calls, before any runs, would make one identical call more often than
         ``max_identical_calls`` (with the run's earlier ones): a turn of many copies of one call

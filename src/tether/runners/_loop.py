@@ -18,14 +18,15 @@ from tether.context._pairing import ContextIntegrityError
 from tether.context._subagent import run_subtask
 from tether.core.handoff import HandoffGrants, resolve_from_trace, validate_handoff
 from tether.core.messages import AssistantMessage, Usage, UserMessage
-from tether.core.stop import RepetitionDetector, StopReason, call_signature, cancel_after
+from tether.core.stop import Limits, RepetitionDetector, StopReason, call_signature, cancel_after
 from tether.core.types import CallRecord, Observation
-from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError
+from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError, ToolError
 from tether.models._base import ModelResponse, finish_problem
 from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
+from tether.runners._spend import fold, made, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -126,7 +127,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state, call_id, offered),
+                _ChildRuns(host, state, call_id, offered, agent.limits),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -136,6 +137,7 @@ class AgentLoop:
 
         self.engine.runner = run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
+        self.repetition.count(made(self.state.inherited_calls))  # what the runs before it did
         self.handoff: Any = None
         self._phase: str | None = None  # "model" or "tools" while the loop waits on one
 
@@ -335,10 +337,11 @@ class AgentLoop:
 
     async def _act(self, calls: list[Any]) -> None:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
-        s, t = self.state, self.tracer
+        s, t, handed = self.state, self.tracer, len(self.state.inherited_calls)
         self._phase = "tools"
         turn = await self.steps.turn(self, calls, self._scope())
         self._phase = None
+        self.repetition.count(made(s.inherited_calls[handed:]))  # what its child runs did
         if turn.halted or turn.crashes:
             stop = turn.stop()
             assert stop is not None
@@ -537,14 +540,7 @@ async def run_child(
         # What the parent waits for: its own turn had nothing waiting, or the child had not run.
         parent.pending = list(result.pending_proposals)
         return result
-    # What the child did is the parent's too, with what the child's own child runs did (folded
-    # into its inherited history after what it was handed): a helper's helper's payment counts.
-    s = loop.state
-    handed = (
-        s.handed_down if len(s.handed_down) == 2 else [len(s.inherited_observations), len(s.inherited_calls)]
-    )
-    parent.inherited_observations += [*s.inherited_observations[handed[0] :], *result.observations]
-    parent.inherited_calls += [*s.inherited_calls[handed[1] :], *result.calls]
+    fold(parent, loop.state, result)  # what the child did and spent is the parent's too
     return result
 
 
@@ -568,11 +564,16 @@ class _ChildRuns:
     parent: RunState
     call_id: str
     offered: tuple[str, ...] = ()  # the parent's tools: what a subagent that names none gets
+    limits: Limits | None = None  # the parent's: the child spends at most what the parent has left
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
         if agent.tools is None:  # names none: its parent's, never every tool the host has
             agent = replace(agent, tools=list(self.offered))
+        if self.limits is not None:
+            if (narrowed := within(agent.limits, self.parent, self.limits)) is None:
+                raise ToolError("this run's model budget is used up", hint="answer with what you have")
+            agent = replace(agent, limits=narrowed)
         # A subagent that names its tools (a deployer's specialist) has those: the policy holds.
         return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
 
