@@ -22,7 +22,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,17 @@ def operator(pg_url: str, tmp_path: Path, capsys: Any) -> Iterator[Operator]:
         yield op
     finally:
         op.stop()
+
+
+def deployed(folder: Path, capsys: Any, write_agent: Callable[[Path], None]) -> Operator:
+    """A SQLite deployment in ``folder`` (``deployment/``), initialised, serving the agent
+    ``write_agent`` writes into ``folder/agent``; its operator, no worker started yet."""
+    (folder / "agent").mkdir()
+    write_agent(folder / "agent")
+    url = f"sqlite:///{folder / 'deployment'}"
+    op = Operator(url, folder, capsys)
+    op.cli("db", "init", "--db", url)
+    return op
 
 
 def test_an_agent_file_upgraded_in_place_then_rolled_back_loses_and_repeats_nothing(
@@ -441,11 +452,7 @@ def test_a_sqlite_deployment_upgraded_in_place_resumes_its_paused_runs_on_the_ne
     """One worker, one version: stop it, upgrade the agent file in place, start it again; a run
     paused before is approved after, and resumes on the new version (its effect once), instead
     of being refused for the version it was submitted with."""
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
     try:
         op.start("s1")
         paused = op.submit()

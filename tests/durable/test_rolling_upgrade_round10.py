@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 import pytest
-from test_rolling_upgrade import Operator, _write_version
+from test_rolling_upgrade import _write_version, deployed
 
 from tether.errors import MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord
@@ -153,11 +153,7 @@ def _logged(folder: Path, name: str) -> list[dict[str, Any]]:
 
 
 def test_a_request_op_this_release_does_not_run_is_never_run_as_a_start(tmp_path: Path, capsys: Any) -> None:
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
     later = op.submit()  # no worker yet: it waits in the intake, where a later release's op is put
     with sqlite3.connect(tmp_path / "deployment" / "intake.db") as intake:
         [(raw,)] = intake.execute("SELECT request FROM tether_intake WHERE run_id = ?", (later,))

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import Operator, _write_version
+from test_rolling_upgrade import _write_version, deployed
 from test_rolling_upgrade_round8 import HOLDING_TOOLS, _holding_agent, _logged, _record, _rewrite
 
 from tether.cli import main
@@ -287,11 +287,7 @@ def test_submit_and_runs_refuse_an_intake_a_later_release_contracted(
 def test_a_step_recorded_with_a_key_this_release_does_not_know_is_not_replayed_without_it(
     step: int, key: str, value: Any, tmp_path: Path, capsys: Any
 ) -> None:
-    (tmp_path / "agent").mkdir()
-    _holding_agent(tmp_path / "agent")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, _holding_agent)
     gate = tmp_path / "agent" / "gate"
     gate.write_text("")
     try:
@@ -379,11 +375,7 @@ def test_a_resumes_checkpoint_step_recorded_with_a_key_this_release_does_not_kno
     effect, inside its next call; this release recovers the resume, whose recorded checkpoint
     step holds a key it does not know: nothing is run, the run is left as it stood (its effect
     once), and a worker that reads the step finishes it."""
-    (tmp_path / "agent").mkdir()
-    _resume_agent(tmp_path / "agent")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, _resume_agent)
     gate = tmp_path / "agent" / "gate"
     gate.write_text("")
     try:
@@ -431,11 +423,7 @@ def test_a_request_holding_a_key_this_release_does_not_know_is_never_run_without
     """A later release's ``tether submit`` queued a run whose request says more than this
     release reads (a bound on the run's spending); after a rollback this release's worker takes
     it from the intake: it is not run, and the legitimate run beside it goes on."""
-    (tmp_path / "agent").mkdir()
-    _holding_agent(tmp_path / "agent")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, _holding_agent)
     later = op.submit()  # no worker yet: it waits in the intake, where the later key is put
     with sqlite3.connect(tmp_path / "deployment" / "intake.db") as intake:
         [(raw,)] = intake.execute("SELECT request FROM tether_intake WHERE run_id = ?", (later,))

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import Operator, _write_version, operator  # noqa: F401 - the fixture
+from test_rolling_upgrade import Operator, _write_version, deployed, operator  # noqa: F401 - the fixture
 from test_rolling_upgrade_round6 import NEW_SRC, Mixed, old_src  # noqa: F401 - the fixture
 
 from tether.cli import main
@@ -124,11 +124,7 @@ def _logged(folder: Path, name: str) -> list[dict[str, Any]]:
 def test_a_step_a_later_release_recorded_leaves_the_run_pending_for_one_that_reads_it(
     tmp_path: Path, capsys: Any
 ) -> None:
-    (tmp_path / "agent").mkdir()
-    _holding_agent(tmp_path / "agent")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, _holding_agent)
     gate = tmp_path / "agent" / "gate"
     gate.write_text("")
     try:
@@ -229,11 +225,8 @@ def test_a_sqlite_run_whose_checkpoint_this_release_refused_is_resumed_once_a_re
     this one writes ``paused``, ``stopped`` and ``finished``). Asked for (``tether resume``), it
     was resumed as if paused, its approved effect run on a state this release cannot know; it
     is now refused as a checkpoint in a later format is."""
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
+    url = op.url
     try:
         op.start("s1")
         run_id = op.submit()
