@@ -196,17 +196,28 @@ class _Waiting:
     """The host's requests the server has not answered yet. JSON-RPC has a server that cannot read
     a request's id answer ``"id": null`` (a parse error, an invalid request): the SDK drops such an
     error, and the request it answers waited out its timeout. While one request alone awaits an
-    answer, that error can only be its answer and is given to it; with several, it stays dropped."""
+    answer, that error can only be its answer and is given to it; with several, it stays dropped.
+    So does one that may answer a notification or an answer the host wrote since the last request
+    the server answered (servers that answer each message they read, taking a missing id for
+    ``null``, write one for ``notifications/initialized``: the ``tools/list`` written just after
+    it failed, and the server never started): a server reads in order, so only a request whose
+    answer came after those messages shows they were read."""
 
     def __init__(self) -> None:
-        self.ids: set[str] = set()
+        self.ids: dict[str, int] = {}  # each request waiting, and where it was written
+        self.written = 0  # messages written
+        self.unnamed = 0  # where the last message no answer can name was written (0: none)
+        self.read = 0  # where the last request the server answered was written
 
     def sent(self, message: Any) -> None:
         method, ident = getattr(message, "method", None), getattr(message, "id", None)
+        self.written += 1
         if method is not None and ident is not None:
-            self.ids.add(str(ident))
-        elif method == "notifications/cancelled" and isinstance(params := message.params, dict):
-            self.ids.discard(str(params.get("requestId")))
+            self.ids[str(ident)] = self.written
+            return
+        self.unnamed = self.written
+        if method == "notifications/cancelled" and isinstance(params := message.params, dict):
+            self.ids.pop(str(params.get("requestId")), None)
 
     def received(self, item: Any) -> Any:
         """``item``, or for an error naming no request, that error for the one request waiting."""
@@ -217,9 +228,9 @@ class _Waiting:
         if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
             return item
         if message.id is not None:
-            self.ids.discard(str(message.id))
+            self.read = max(self.read, self.ids.pop(str(message.id), 0))
             return item
-        if not isinstance(message, types.JSONRPCError) or len(self.ids) != 1:
+        if not isinstance(message, types.JSONRPCError) or len(self.ids) != 1 or self.unnamed > self.read:
             return item
         (only,) = self.ids
         said = message.error.message[:500]
