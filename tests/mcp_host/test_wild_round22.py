@@ -32,6 +32,7 @@ Found:
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,9 +59,14 @@ VALUE = "value-of-{}\n</untrusted_data>"
 def _web(mode: str) -> Iterator[tuple[dict[str, Any], list[str]]]:
     """``wild22_web.py`` in ``mode`` on 127.0.0.1: its config entry, and the methods it was sent."""
     seen: list[str] = []
-    with serving(app(mode, seen)) as base:
-        entry = {"name": "x", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
-        yield {**entry, "timeout_s": 60}, seen
+    stop = threading.Event()
+    try:
+        with serving(app(mode, seen, stop)) as base:
+            entry = {"name": "x", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
+            yield {**entry, "timeout_s": 60}, seen
+            stop.set()
+    finally:
+        stop.set()
 
 
 def _stdio(*args: str) -> dict[str, Any]:
@@ -150,6 +156,23 @@ def test_a_session_the_server_no_longer_knows_is_still_gone_whatever_its_words()
     assert not [body for body in gone if _names(body, 7)]
     assert _names(b'{"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "m"}}', 7)
     assert _names(b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": "7", "error": {"code": -32602, "message": "m"}}', 7)
+
+
+async def test_a_404_whose_body_never_ends_is_still_the_session_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first call of ``held`` is answered 404 with a JSON body that never ends: its body is read
+    for whom it answers only within ``ACK_WAIT_S``, then the session is gone as before: a new one is
+    opened and the call served on it (unbounded, the read held the call to its 60 s timeout)."""
+    from tether.mcp import _httpcap
+
+    monkeypatch.setattr(_httpcap, "ACK_WAIT_S", 0.2)
+    keys = ["a", "held", "c"]
+    with _web("held") as (entry, seen):
+        run = await _run(tmp_path, entry, keys)
+    said = _answers(run, keys)
+    assert all(VALUE.format(key) in said[key] for key in keys)
+    assert seen[seen.index("tools/call") :].count("initialize") == 1
 
 
 @pytest.mark.parametrize("mode", ["bom", "null_id"])

@@ -8,6 +8,8 @@ status its code maps to, as the 2026-07-28 revision has servers do (``-32601`` a
 at 400), in its sessions too: the call of key ``bad`` is refused ``-32602`` (400), that of key
 ``nomethod`` ``-32601`` (404). In both, the event stream of the answer to the call of key ``cut``
 ends with no event (a proxy before it closing that stream early).
+``held``: the first call of key ``held`` is answered 404 with a JSON body that never ends (a
+server holding it until ``stop``), as the session gone; the next session serves it.
 ``bom``: every JSON body starts with a UTF-8 byte order mark (as .NET writers given
 ``Encoding.UTF8`` write one); ``null_id``: the call of key ``bad`` is answered, at HTTP 200, with
 an error naming no request (``"id": null``, as JSON-RPC has a server answer a request whose id it
@@ -16,7 +18,9 @@ could not read).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from typing import Any
 
 from tether_testing.loopback import Quiet
@@ -31,8 +35,9 @@ BOM = b"\xef\xbb\xbf"
 STATUS = {-32601: 404, -32602: 400}  # (the 2026-07-28 revision's, for these codes)
 
 
-def app(mode: str, seen: list[str]) -> type[Quiet]:
-    """The handler class; ``seen`` gets each request's method."""
+def app(mode: str, seen: list[str], stop: threading.Event | None = None) -> type[Quiet]:
+    """The handler class; ``seen`` gets each request's method; ``stop`` ends a body held."""
+    held = threading.Event()
 
     class App(Quiet):
         protocol_version = "HTTP/1.1"
@@ -78,6 +83,19 @@ def app(mode: str, seen: list[str]) -> type[Quiet]:
             self._send(200, json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode())
 
         def _called(self, ident: Any, key: Any) -> None:
+            if key == "held" and mode == "held" and not held.is_set():
+                held.set()
+                self.send_response(404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b'{"jsonrpc": "2.0", "id": ')
+                    self.wfile.flush()
+                    assert stop is not None
+                    stop.wait(30)
+                self.close_connection = True
+                return None
             if key == "cut":
                 return self._send(200, b"", "text/event-stream")
             if key == "bad" and mode == "null_id":

@@ -23,12 +23,18 @@ connection):
   request it answers, named, as an answer too large does: it ended the SDK's writer, the
   session lost as "Connection closed" (a server that closed the connection is still lost);
 * a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
-  alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
-  host start a new session and send the call again);
+  says so, never a server's words (its own sign-in "session expired" answered at 200 had the
+  host start a new session and send the call again), unless its JSON-RPC error names the request
+  and says the server serves no such method or params (``REFUSED_AS_ASKED``): servers mapping
+  error codes to statuses, as the 2026-07-28 revision has them, answer so in a session they know
+  (its body is read within ``ACK_WAIT_S``);
 * a 400 to a request carrying the session id is the session gone too (``SESSION_REFUSED``) when a
   ``ping`` on the same session is answered 400 or 404 as well: servers written before the spec
   said 404 answer an unknown session 400 (the TypeScript SDK's examples, "Bad Request: No valid
-  session ID provided"); a request the server only found malformed keeps its 400;
+  session ID provided"); a request the server only found malformed keeps its 400, as does one
+  whose error names it and says the server serves no such method or params (the ping's too);
+* a JSON body's UTF-8 byte order mark is dropped (the SDK refused the body), and an error naming
+  no request (``"id": null``) is the error of the request the POST carried;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -442,19 +448,23 @@ def _mended(body: bytes, asked: Any) -> bytes:
 
 
 async def _read_bounded(response: httpx2.Response, limit: int) -> bytes:
-    """Up to ``limit`` bytes of ``response``'s body, decoded as the host decodes one (``b""``:
-    not JSON, past the limit, or unreadable); the response is closed."""
+    """Up to ``limit`` bytes of ``response``'s body, decoded as the host decodes one, read within
+    ``ACK_WAIT_S`` (``b""``: not JSON, past the limit or that time, or unreadable: a body that
+    never ends holds nothing up); the response is closed."""
     kind = response.headers.get("content-type", "").lower()
     response, undecodable = _decoded(response)
     try:
         if undecodable is not None or not kind.startswith("application/json"):
             return b""
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        return b"".join([chunk async for chunk in _Capped(response.stream, limit)])
+        with anyio.move_on_after(ACK_WAIT_S):
+            return b"".join([chunk async for chunk in _Capped(response.stream, limit)])
+        return b""
     except (httpx2.HTTPError, _TooLarge, _BadBody):
         return b""
     finally:
-        await response.aclose()
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
 
 
 def _names(body: bytes, asked: Any) -> bool:
