@@ -26,7 +26,11 @@ Found:
   that take a missing id for ``null``) could not start: its error for ``notifications/initialized``
   was given to the ``tools/list`` written just after it (round twenty's reading of such an error
   while one request waits). Now such an error goes to the one waiting request only when every
-  notification (or answer) the host wrote before it is known to be read (a later request answered).
+  notification (or answer) the host wrote before it is known to be read (a later request answered);
+* a stdio answer past the host's limit whose result comes before its id (``{"jsonrpc", "result",
+  "id"}``, as hand-written servers order it), its result holding rows with ids of their own, had
+  its refusal sent to the first row's id: the call waited out its timeout. Now the answer's own id
+  is read by depth in its first bytes, or where it closes the message in its last.
 """
 
 from __future__ import annotations
@@ -204,3 +208,13 @@ async def test_errors_naming_no_request_for_notifications_never_fail_the_next_re
     said = _answers(await _run(tmp_path, _stdio(*args), keys), keys)
     assert VALUE.format("a") in said["a"] and VALUE.format("c") in said["c"]
     assert 'error="upstream_error"' in said["unreadable"] and "Parse error" in said["unreadable"]
+
+
+async def test_an_answer_past_the_limit_with_its_id_last_fails_its_own_call_at_once(tmp_path: Path) -> None:
+    """``rows`` is answered past the host's limit, its result (rows with ids of their own) before
+    its id: the call fails at once, named (before: the refusal went to the first row's id, no
+    request's, and the call waited out its 60 s timeout), and the server serves on."""
+    keys = ["a", "rows", "c"]
+    said = _answers(await _run(tmp_path, _stdio(), keys), keys)
+    assert VALUE.format("a") in said["a"] and VALUE.format("c") in said["c"]
+    assert 'error="upstream_error"' in said["rows"] and "larger than the host accepts" in said["rows"]

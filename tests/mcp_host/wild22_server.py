@@ -1,10 +1,12 @@
 """A stdio MCP server written by hand (no SDK), for the twenty-second round of wild servers. Its
-tool ``lookup`` answers ``value-of-<key>``; the key ``unreadable`` is answered with an error of
-``"id": null`` (a request it could not read, round twenty's), as is, with the argument
-``noted``, every notification the host sends it (``notifications/initialized`` first, written
-just before the host's ``tools/list``): servers that answer each message they read, and take a
-missing id for ``null``, write that error for a notification (the JSON-RPC spec says no answer is
-sent to one).
+tool ``lookup`` answers ``value-of-<key>``. The key ``unreadable`` is answered with an error of
+``"id": null`` (a request it could not read, round twenty's), as is, with the argument ``noted``,
+every notification the host sends it (``notifications/initialized`` first, written just before
+the host's ``tools/list``): servers that answer each message they read, and take a missing id for
+``null``, write that error for a notification (the JSON-RPC spec says no answer is sent to one).
+The key ``rows`` is answered with 80 000 rows, each with an ``id`` of its own, past the host's
+limit (8 MiB), the answer's result written before its id (``{"jsonrpc", "result", "id"}``, as
+hand-written servers order it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ def answer(ident: Any, method: str, params: dict[str, Any]) -> None:
         if key == "unreadable":
             error = {"code": -32700, "message": "Parse error"}
             return send({"jsonrpc": "2.0", "id": None, "error": error})
+        if key == "rows":  # its result written before its id, past the host's limit (8 MiB)
+            rows = [{"id": 1000 + i, "name": "x" * 100} for i in range(80_000)]
+            content = [{"type": "text", "text": "rows"}]
+            result = {"content": content, "structuredContent": {"rows": rows}}
+            return send({"jsonrpc": "2.0", "result": result, "id": ident})
         result = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
     elif method == "ping":
         result = {}
