@@ -18,6 +18,7 @@ from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import (
+    REFUSED_AS_ASKED,
     STREAM_CHECK_S,
     Unavailable,
     classify,
@@ -315,8 +316,10 @@ async def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err
 
 async def _still_there(source: McpServerSource, conn: Connection) -> bool:
     """Whether the session answers a ping within ``STREAM_CHECK_S`` (a call's event stream ended
-    without its answer: a live server closing that stream early, or a server gone). A 2026-07-28
-    server keeps no session to lose: a server gone fails the next request on its own."""
+    without its answer: a live server closing that stream early, or a server gone). A server
+    implementing no ``ping`` answers it as a method it does not know, which is an answer all the
+    same (``_refused_as_unknown``). A 2026-07-28 server keeps no session to lose: a server gone
+    fails the next request on its own."""
     if is_modern(source.protocol_version):
         return True
 
@@ -328,10 +331,22 @@ async def _still_there(source: McpServerSource, conn: Connection) -> bool:
     with anyio.move_on_after(STREAM_CHECK_S):
         try:
             await conn.run(ping)
-        except Exception:
-            return False
+        except Exception as err:
+            return _refused_as_unknown(err)
         return True
     return False
+
+
+def _refused_as_unknown(err: Exception) -> bool:
+    """Whether a ping failed as the server's own answer that it serves no such method or params
+    (``REFUSED_AS_ASKED``, as hand-written servers answer a method they lack): the session read
+    it and answered. A session gone is a transport failure (its 404, or 400 confirmed)."""
+    inner = leaf(err)
+    return (
+        type(inner).__name__ == "MCPError"
+        and getattr(inner, "code", None) in REFUSED_AS_ASKED
+        and not transport_failure(err)
+    )
 
 
 async def run_as_task(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTH_REFUSED",
+    "REFUSED_AS_ASKED",
     "SESSION_GONE",
     "SESSION_REFUSED",
     "Unavailable",
@@ -67,6 +68,11 @@ SESSION_GONE = -31404
 # refused too (``_httpcap``): a server written before the spec said 404 no longer knows the session.
 # Unlike a 404, a 400 does not say the request went unprocessed.
 SESSION_REFUSED = -31400
+# A server's own JSON-RPC error saying it read the request and serves no such method (-32601) or
+# takes no such params (-32602): only a session that is there answers so, whatever HTTP status the
+# server maps the code to (the 2026-07-28 revision has -32601 at 404 and -32602 at 400); the SDK's
+# stand-ins for an HTTP status, and a server's words for a session it no longer knows, use others.
+REFUSED_AS_ASKED = (-32601, -32602)
 # How long a stdio server whose connection ended under a call is given to exit, for its exit status
 # and last stderr lines (a process tearing down closes its output before it writes its last words).
 EXIT_WAIT_S = 1.0

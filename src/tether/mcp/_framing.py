@@ -15,12 +15,12 @@ import json
 import re
 from typing import Any
 
-__all__ = ["FLOAT_ID", "Framer", "whole", "whole_id"]
+__all__ = ["BOM", "FLOAT_ID", "Framer", "whole", "whole_id"]
 
 FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a whole float
 
 _JOINED = re.compile(rb"[}\]]\s*[{\[]")  # one value closed and the next opened on one line
-_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
+BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
 MAX_UNENDED = 1 << 20  # the longest output without a newline tried as a whole message
 
 
@@ -75,7 +75,7 @@ class Framer:
 
     def lines(self, raw: bytes) -> list[bytes]:
         """The messages the line ``raw`` (its newline cut) completes, in order, each stripped."""
-        line = raw.strip().removeprefix(_BOM).strip()
+        line = raw.strip().removeprefix(BOM).strip()
         if not line:
             return []
         if self.pending:

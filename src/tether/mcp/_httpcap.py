@@ -23,12 +23,18 @@ connection):
   request it answers, named, as an answer too large does: it ended the SDK's writer, the
   session lost as "Connection closed" (a server that closed the connection is still lost);
 * a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
-  alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
-  host start a new session and send the call again);
+  says so, never a server's words (its own sign-in "session expired" answered at 200 had the
+  host start a new session and send the call again), unless its JSON-RPC error names the request
+  and says the server serves no such method or params (``REFUSED_AS_ASKED``): servers mapping
+  error codes to statuses, as the 2026-07-28 revision has them, answer so in a session they know
+  (its body is read within ``ACK_WAIT_S``);
 * a 400 to a request carrying the session id is the session gone too (``SESSION_REFUSED``) when a
   ``ping`` on the same session is answered 400 or 404 as well: servers written before the spec
   said 404 answer an unknown session 400 (the TypeScript SDK's examples, "Bad Request: No valid
-  session ID provided"); a request the server only found malformed keeps its 400;
+  session ID provided"); a request the server only found malformed keeps its 400, as does one
+  whose error names it and says the server serves no such method or params (the ping's too);
+* a JSON body's UTF-8 byte order mark is dropped (the SDK refused the body), and an error naming
+  no request (``"id": null``) is the error of the request the POST carried;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -56,9 +62,9 @@ import httpx2
 from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
-from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE, SESSION_REFUSED
+from tether.mcp._failures import AUTH_REFUSED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import FLOAT_ID
+from tether.mcp._framing import BOM, FLOAT_ID
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -79,11 +85,14 @@ MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header ever
 _GONE = re.compile(r"disconnected without sending|peer closed connection")
 _SESSION_404 = "Session not found: the server answered HTTP 404 to the session id"
 _SESSION_400 = "Session not found: the server answered HTTP 400 to the session id, and 400 to a ping on it"
-_PING = json.dumps({"jsonrpc": "2.0", "id": "tether-session-probe", "method": "ping"}).encode()
+_PROBE_ID = "tether-session-probe"
+_PING = json.dumps({"jsonrpc": "2.0", "id": _PROBE_ID, "method": "ping"}).encode()
+_PROBE_BYTES = 65_536  # what is read of the answer to that ping
 _SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
+_NULL_ID = re.compile(rb'"id"\s*:\s*null')
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
 
@@ -221,13 +230,10 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(
                 response, _error(asked, -32603, bad) if asked is not None else _Failing(_BadBody(bad))
             )
-        if asked is not None and response.status_code == 404 and "mcp-session-id" in request.headers:
-            await response.aclose()  # the session is gone: said as only the host says it
-            return _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
-        # A 400 the session's ping gets too: the session is gone (else the 400 is the request's).
-        if asked is not None and response.status_code == 400 and await self._session_unknown(request):
-            await response.aclose()
-            return _replaced(response, _error(asked, SESSION_REFUSED, _SESSION_400))
+        if asked is not None and response.status_code in (400, 404) and "mcp-session-id" in request.headers:
+            response, gone = await self._session_status(request, response, asked)
+            if gone is not None:
+                return gone
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -279,6 +285,27 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         )
         return httpx2.Response(202, request=request)
 
+    async def _session_status(
+        self, request: httpx2.Request, response: httpx2.Response, asked: Any
+    ) -> tuple[httpx2.Response, httpx2.Response | None]:
+        """A 404 or 400 to request ``asked`` carrying the session id: the session gone, as only the
+        host says it (``SESSION_GONE``; a 400 once its ping is refused too, ``SESSION_REFUSED``),
+        or ``None`` and the response (its body read, bounded) when it is the request's own answer:
+        a 400 the session's ping does not get, or an error naming ``asked`` that says the server
+        serves no such method or params (``REFUSED_AS_ASKED``: it read the request in its session
+        and answered it at the status it maps the code to, as the 2026-07-28 revision has a method
+        it lacks answered 404 and invalid params 400)."""
+        body = await _read_bounded(response, self._limit)
+        response = _replaced(response, httpx2.ByteStream(body))
+        response.headers.pop("content-length", None)
+        if _names(body, asked):
+            return response, None
+        if response.status_code == 404:
+            return response, _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
+        if await self._session_unknown(request):
+            return response, _replaced(response, _error(asked, SESSION_REFUSED, _SESSION_400))
+        return response, None
+
     async def _session_unknown(self, request: httpx2.Request) -> bool:
         """Whether the server, having answered ``request`` 400, no longer knows its session: a
         ``ping`` with the same headers (the session id, credentials, cookies) is answered 400 or
@@ -297,8 +324,8 @@ class CappedTransport(httpx2.AsyncBaseTransport):
                 answer = await self._inner.handle_async_request(probe)
             except httpx2.HTTPError:
                 return False
-            await answer.aclose()  # (its status is all that is read)
-            return answer.status_code in (400, 404)
+            body = await _read_bounded(answer, _PROBE_BYTES)  # (its status, and whom it answers)
+            return answer.status_code in (400, 404) and not _names(body, _PROBE_ID)
         return False
 
     async def _pace(self) -> None:
@@ -393,13 +420,21 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
 def _mended(body: bytes, asked: Any) -> bytes:
     """A JSON body as the SDK reads it: a JSON-RPC batch (an array) is the answer to ``asked`` it
     holds, and an id written as a float of a whole number (``3.0``) is the integer asked (the SDK
-    refuses both: the call failed naming nine validation errors). Any other body is as sent."""
-    if body.lstrip()[:1] != b"[" and FLOAT_ID.search(body) is None:
+    refuses both: the call failed naming nine validation errors). An error naming no request
+    (``"id": null``: JSON-RPC has a server that could not read a request's id answer so) is the
+    error of the request this POST carried, as the SDK reads one at an error status (at 200 it
+    was named a forged answer); a UTF-8 byte order mark before the body (as .NET writers given
+    ``Encoding.UTF8`` write one) is dropped, as on stdio (the SDK refused the body: such a server
+    could not even start). Any other body is as sent."""
+    body = body.removeprefix(BOM)
+    if body.lstrip()[:1] != b"[" and FLOAT_ID.search(body) is None and _NULL_ID.search(body) is None:
         return body
     try:
         message = json.loads(body)
     except (ValueError, RecursionError):
         return body
+    if _unnamed_error(message):
+        return json.dumps({**message, "id": asked}).encode()
     if isinstance(message, list):
         answers = [
             m for m in message if isinstance(m, dict) and "method" not in m and _id(m.get("id")) == _id(asked)
@@ -410,6 +445,53 @@ def _mended(body: bytes, asked: Any) -> bytes:
     if not isinstance(message, dict) or _id(message.get("id")) != _id(asked):
         return body
     return json.dumps({**message, "id": asked}).encode()
+
+
+async def _read_bounded(response: httpx2.Response, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``response``'s body, decoded as the host decodes one, read within
+    ``ACK_WAIT_S`` (``b""``: not JSON, past the limit or that time, or unreadable: a body that
+    never ends holds nothing up); the response is closed."""
+    kind = response.headers.get("content-type", "").lower()
+    response, undecodable = _decoded(response)
+    try:
+        if undecodable is not None or not kind.startswith("application/json"):
+            return b""
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        with anyio.move_on_after(ACK_WAIT_S):
+            return b"".join([chunk async for chunk in _Capped(response.stream, limit)])
+        return b""
+    except (httpx2.HTTPError, _TooLarge, _BadBody):
+        return b""
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+def _names(body: bytes, asked: Any) -> bool:
+    """Whether ``body`` is a JSON-RPC error answering request ``asked`` by its id that the server
+    serves no such method or params (``REFUSED_AS_ASKED``)."""
+    try:
+        message = json.loads(body.removeprefix(BOM)) if body else None
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(message, dict)
+        and isinstance(error := message.get("error"), dict)
+        and error.get("code") in REFUSED_AS_ASKED
+        and "method" not in message
+        and message.get("id") is not None
+        and _id(message.get("id")) == _id(asked)
+    )
+
+
+def _unnamed_error(message: Any) -> bool:
+    """Whether ``message`` is a JSON-RPC error naming no request (``"id": null``)."""
+    return (
+        isinstance(message, dict)
+        and "error" in message
+        and message.get("id", 0) is None
+        and not {"method", "result"} & message.keys()
+    )
 
 
 def _id(ident: Any) -> str:

@@ -32,7 +32,12 @@ __all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
 MAX_BATCH = 256  # messages of one JSON-RPC batch read one by one (a longer one is refused whole)
-_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
+_KEPT = 4096  # the first and last bytes of an over-long line kept (where its id shows)
+_ID = rb'(-?\d+|"(?:[^"\\]|\\.){0,200}")'  # an id as JSON writes it
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # a string, or a bracket outside one
+_VALUE = re.compile(rb"\s*:\s*" + _ID + rb"\s*[,}]")
+_KEY = re.compile(rb"\s*:")
+_LAST_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb"\s*}\s*$")
 
 
 async def spawn(
@@ -155,15 +160,38 @@ def too_large(limit: int) -> str:
     return f"the server's answer was larger than the host accepts ({limit} bytes)"
 
 
-def _too_long(head: bytes, size: int, limit: int) -> Any:
+class _Cut:
+    """An over-long line dropped as it streams: its size, and its first and last ``_KEPT`` bytes
+    (where the id of the answer it is shows)."""
+
+    def __init__(self) -> None:
+        self.size, self.head, self.tail = 0, b"", b""
+
+    def add(self, *pieces: bytes | bytearray) -> None:
+        for piece in pieces:
+            if len(self.head) < _KEPT:
+                self.head = (self.head + piece[:_KEPT])[:_KEPT]
+            self.tail = (self.tail + piece[-_KEPT:])[-_KEPT:]
+            self.size += len(piece)
+
+    def refused(self, limit: int) -> Any:
+        """The error for the request it answers (``_too_long``); the next line starts afresh."""
+        head, tail, size = self.head, self.tail, self.size
+        self.size, self.head, self.tail = 0, b"", b""
+        return _too_long(head, tail, size, limit)
+
+
+def _too_long(head: bytes, tail: bytes, size: int, limit: int) -> Any:
     """An oversized answer becomes an error for the request it answers (if its id shows)."""
-    return _refused(head, too_large(limit), ValueError(f"a message of more than {size} bytes was discarded"))
+    discarded = ValueError(f"a message of more than {size} bytes was discarded")
+    return _refused(head, too_large(limit), discarded, tail=tail)
 
 
-def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"") -> Any:
+def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"", tail: bytes = b"") -> Any:
     """An error for the request an invalid answer answers, if its id shows (``otherwise``: not an
     answer, or no id). A whole line is read as JSON where it parses: a ``"method"`` anywhere in
-    an answer's result does not make it a request."""
+    an answer's result does not make it a request; of a line that does not, or a message cut,
+    the id is its top-level one (``_answered_id``)."""
     import mcp_types as types
     from mcp.shared.message import SessionMessage
 
@@ -175,12 +203,41 @@ def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"") ->
     if isinstance(message, dict):
         if "method" not in message and isinstance(message.get("id"), (int, str)):
             request_id = message["id"]
-    elif (found := _ID.search(head)) is not None and b'"method"' not in head:
-        request_id = json.loads(found.group(1))
+    else:
+        request_id = _answered_id(head, tail or line[-_KEPT:])
     if request_id is None or isinstance(request_id, bool):
         return otherwise
     error = types.ErrorData(code=-32603, message=why)
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def _answered_id(head: bytes, tail: bytes) -> Any:
+    """The id of the answer whose first bytes are ``head`` and last ``tail`` (``None``: none shows,
+    or it is a request). Its top-level ``"id"`` in the head, read by depth: an ``"id"`` of a row
+    nested in a result written before the answer's own id (``{"jsonrpc", "result", "id"}``, as
+    hand-written servers order it) was taken for it, and the refusal went to no request (the call
+    waited out its timeout) or to another; else an id closing the message (``"id": 5}``)."""
+    depth = 0
+    for token in _TOKEN.finditer(head):
+        text = token.group()
+        if text in (b"{", b"["):
+            depth += 1
+        elif text in (b"}", b"]"):
+            depth -= 1
+        elif depth == 1 and text == b'"method"' and _KEY.match(head, token.end()):
+            return None  # a request or a notification of its own
+        elif depth == 1 and text == b'"id"' and (value := _VALUE.match(head, token.end())):
+            return _read_id(value.group(1))
+    if (last := _LAST_ID.search(tail)) is not None and b'"method"' not in tail:
+        return _read_id(last.group(1))
+    return None
+
+
+def _read_id(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:  # (a string of a bad escape)
+        return None
 
 
 def _admitted(gate: NotificationGate, item: Any) -> bool:
@@ -196,17 +253,28 @@ class _Waiting:
     """The host's requests the server has not answered yet. JSON-RPC has a server that cannot read
     a request's id answer ``"id": null`` (a parse error, an invalid request): the SDK drops such an
     error, and the request it answers waited out its timeout. While one request alone awaits an
-    answer, that error can only be its answer and is given to it; with several, it stays dropped."""
+    answer, that error can only be its answer and is given to it; with several, it stays dropped.
+    So does one that may answer a notification or an answer the host wrote since the last request
+    the server answered (servers that answer each message they read, taking a missing id for
+    ``null``, write one for ``notifications/initialized``: the ``tools/list`` written just after
+    it failed, and the server never started): a server reads in order, so only a request whose
+    answer came after those messages shows they were read."""
 
     def __init__(self) -> None:
-        self.ids: set[str] = set()
+        self.ids: dict[str, int] = {}  # each request waiting, and where it was written
+        self.written = 0  # messages written
+        self.unnamed = 0  # where the last message no answer can name was written (0: none)
+        self.read = 0  # where the last request the server answered was written
 
     def sent(self, message: Any) -> None:
         method, ident = getattr(message, "method", None), getattr(message, "id", None)
+        self.written += 1
         if method is not None and ident is not None:
-            self.ids.add(str(ident))
-        elif method == "notifications/cancelled" and isinstance(params := message.params, dict):
-            self.ids.discard(str(params.get("requestId")))
+            self.ids[str(ident)] = self.written
+            return
+        self.unnamed = self.written
+        if method == "notifications/cancelled" and isinstance(params := message.params, dict):
+            self.ids.pop(str(params.get("requestId")), None)
 
     def received(self, item: Any) -> Any:
         """``item``, or for an error naming no request, that error for the one request waiting."""
@@ -217,9 +285,9 @@ class _Waiting:
         if not isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
             return item
         if message.id is not None:
-            self.ids.discard(str(message.id))
+            self.read = max(self.read, self.ids.pop(str(message.id), 0))
             return item
-        if not isinstance(message, types.JSONRPCError) or len(self.ids) != 1:
+        if not isinstance(message, types.JSONRPCError) or len(self.ids) != 1 or self.unnamed > self.read:
             return item
         (only,) = self.ids
         said = message.error.message[:500]
@@ -253,34 +321,31 @@ async def _transport(
         # A bytearray grows in place: a line of bytes joined chunk by chunk (64 KiB from a pipe)
         # was copied whole at each, 0.5 s of the event loop for one line of 8 MiB, 33 s for 64.
         buffer = bytearray()
-        discarding = 0  # bytes of an oversized line dropped so far (0: not discarding)
-        head = b""
+        dropped = _Cut()  # an oversized line dropped as it streams (``size`` 0: none)
         try:
             async with read_writer:
                 async for chunk in stdout:
                     while chunk:
                         cut = chunk.find(b"\n")
                         piece, chunk = (chunk, b"") if cut < 0 else (chunk[:cut], chunk[cut + 1 :])
-                        if discarding:
-                            discarding += len(piece)
+                        if dropped.size:
+                            dropped.add(piece)
                         elif len(buffer) + len(piece) > max_line_bytes:
-                            head = (bytes(buffer[:4096]) + piece[:4096])[:4096]
-                            discarding = len(buffer) + len(piece)
+                            dropped.add(buffer, piece)
                             buffer = bytearray()
                         else:
                             buffer += piece
                         if cut < 0:
                             break
-                        if discarding:
-                            await read_writer.send(_too_long(head, discarding, max_line_bytes))
-                            discarding = 0
+                        if dropped.size:
+                            await read_writer.send(dropped.refused(max_line_bytes))
                         else:
                             await deliver(framer.lines(bytes(buffer)))
                             buffer = bytearray()
-                    if not discarding and whole(buffer):  # a message with no newline after it
+                    if not dropped.size and whole(buffer):  # a message with no newline after it
                         await deliver(framer.lines(bytes(buffer)))
                         buffer = bytearray()
-                if not discarding:  # the output ended: what it left unended
+                if not dropped.size:  # the output ended: what it left unended
                     await deliver([*framer.rest(), *framer.lines(bytes(buffer))])
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             pass
