@@ -71,14 +71,16 @@ from tether.policy._provenance_text import (
     echoed,
     made_of,
     occurrences,
+    party_digits,
     pieced,
+    plain_digits,
     redials,
     reprints,
     reprints_whole,
     request_names,
     shared_origins,
 )
-from tether.policy._provenance_values import Link, find_handles, find_links, link_key
+from tether.policy._provenance_values import Link, find_handles, find_links, find_numbers, link_key
 
 __all__ = ["ProvenanceIndex"]
 
@@ -128,7 +130,8 @@ class ProvenanceIndex(Naming, Steering):
         self.writes = sorted(writes, key=lambda w: w.position)
         self._prefixes: dict[int, ProvenanceIndex] = {}
         self._limit: int | None = None  # a prefix: the position it stands at
-        self._traced: dict[tuple[str, str | None, bool], list[Origin]] = {}
+        self._traced: dict[tuple[str, str | None, bool, bool], list[Origin]] = {}
+        self._parties: dict[int, list[str]] = {}  # digits of the parties a segment names
         self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
@@ -308,16 +311,42 @@ class ProvenanceIndex(Naming, Steering):
 
     # -- one scalar ---------------------------------------------------------------------
 
-    def trace(self, value: str, kind: str | None = None, *, cased: bool = False) -> list[Origin]:
+    def trace(
+        self, value: str, kind: str | None = None, *, cased: bool = False, party: bool = False
+    ) -> list[Origin]:
         """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
         the kind of destination the value is for (the directory vouches per kind); ``cased``:
         the value names what a tool tells apart by case (a path, an id), so the request or a
-        result is its origin only where it writes it in the same case (``as_written``). An
-        index does not change once built, so each value is traced once per index."""
-        key = (value, kind, cased)
+        result is its origin only where it writes it in the same case (``as_written``);
+        ``party``: the value names who receives (a destination), so a result is its origin only
+        where it names that party as a write is judged for one (``_names_party``). An index does
+        not change once built, so each value is traced once per index."""
+        key = (value, kind, cased, party)
         if key not in self._traced:
-            self._traced[key] = self._trace(value, kind, cased)
+            found = self._trace(value, kind, cased)
+            if party and (digits := party_digits(value)):
+                kept = [o for o in found if o.kind != "tool" or self._names_party(o, digits)]
+                found = kept or [Origin("nowhere", MODEL, "exact")]
+            self._traced[key] = found
         return list(self._traced[key])
+
+    def _names_party(self, origin: Origin, digits: str) -> bool:
+        """Whether the result ``origin`` came from names a party whose digits hold ``digits``,
+        read as a write's content is judged for one: its numbers (``find_numbers``) and its
+        addresses and accounts (``find_handles``). A store vouches for no party a write into it
+        was not judged for: ``000, 123, 456, 789`` (a list, to the judge) kept in the user's notes
+        is no account of the notes', whatever a later run copies from them."""
+        label = origin.label
+        for seg in self.segments:
+            if seg.label is not label and seg.label != label:
+                continue
+            named = self._parties.get(id(seg))
+            if named is None:
+                found = [*find_numbers(seg.raw), *find_handles(seg.raw)]
+                named = self._parties[id(seg)] = [plain_digits(h) for h in found]
+            if any(digits in n for n in named):
+                return True
+        return False
 
     def _trace(self, value: str, kind: str | None, cased: bool = False) -> list[Origin]:
         text = normalise(value)

@@ -36,7 +36,9 @@ __all__ = [
     "made_of",
     "name_forms",
     "occurrences",
+    "party_digits",
     "pieced",
+    "plain_digits",
     "redials",
     "reprinted",
     "reprints",
@@ -480,3 +482,20 @@ def shared_origins(found: list[list[Origin]]) -> list[Origin]:
     part shares by class: no part lends another its trust. None shared: composed (nowhere)."""
     common = set.intersection(*({o.trust for o in f} for f in found)) if found else set()
     return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
+
+
+_PARTY_DIGITS = 8  # as ``find_numbers``: a number that may name a party
+
+
+def party_digits(value: str) -> str:
+    """The ASCII digits of ``value`` when it is a number that may name a party (eight digits or
+    more, no letter); else empty."""
+    if any(c.isalpha() for c in unfold(value)):
+        return ""
+    digits = plain_digits(value)
+    return digits if len(digits) >= _PARTY_DIGITS else ""
+
+
+def plain_digits(text: str) -> str:
+    """The digits of ``text``, each of any script as its ASCII digit."""
+    return "".join(c for c in ascii_digits(unfold(text)) if "0" <= c <= "9")
