@@ -66,14 +66,14 @@ from tether.policy._provenance_text import (
     PLACEHOLDER,
     WORD,
     Written,
+    alnum_key,
     as_written,
     contains_whole,
     echoed,
     made_of,
     occurrences,
-    party_digits,
+    party_key,
     pieced,
-    plain_digits,
     redials,
     reprints,
     reprints_whole,
@@ -323,32 +323,22 @@ class ProvenanceIndex(Naming, Steering):
         not change once built, so each value is traced once per index."""
         key = (value, kind, cased, party)
         if key not in self._traced:
-            found = self._trace(value, kind, cased)
-            if party and (digits := party_digits(value)):
-                kept = [o for o in found if o.kind != "tool" or self._names_party(o, digits)]
-                found = kept or [Origin("nowhere", MODEL, "exact")]
-            self._traced[key] = found
+            self._traced[key] = self._trace(value, kind, cased, party)
         return list(self._traced[key])
 
-    def _names_party(self, origin: Origin, digits: str) -> bool:
-        """Whether the result ``origin`` came from names a party whose digits hold ``digits``,
+    def _names_party(self, seg: Segment, key: str) -> bool:
+        """Whether ``seg`` names a party whose letters and digits hold ``key`` (``party_key``),
         read as a write's content is judged for one: its numbers (``find_numbers``) and its
-        addresses and accounts (``find_handles``). A store vouches for no party a write into it
-        was not judged for: ``000, 123, 456, 789`` (a list, to the judge) kept in the user's notes
-        is no account of the notes', whatever a later run copies from them."""
-        label = origin.label
-        for seg in self.segments:
-            if seg.label is not label and seg.label != label:
-                continue
-            named = self._parties.get(id(seg))
-            if named is None:
-                found = [*find_numbers(seg.raw), *find_handles(seg.raw)]
-                named = self._parties[id(seg)] = [plain_digits(h) for h in found]
-            if any(digits in n for n in named):
-                return True
-        return False
+        accounts (``find_handles``). A store vouches for no party a write into it was not
+        judged for: ``000, 123, 456, 789`` (a list, to the judge) kept in the user's notes is no
+        account of the notes', whatever a later run copies from them."""
+        named = self._parties.get(id(seg))
+        if named is None:
+            found = [*find_numbers(seg.raw), *find_handles(seg.raw)]
+            named = self._parties[id(seg)] = [alnum_key(h) for h in found]
+        return any(key in n for n in named)
 
-    def _trace(self, value: str, kind: str | None, cased: bool = False) -> list[Origin]:
+    def _trace(self, value: str, kind: str | None, cased: bool = False, party: bool = False) -> list[Origin]:
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
@@ -391,6 +381,8 @@ class ProvenanceIndex(Naming, Steering):
                     continue
                 if contains_whole(seg.text, text):
                     found.append((Origin("tool", seg.label.trust, "contained", seg.label), seg))
+        if party and (named := party_key(value)):
+            found = [(o, s) for o, s in found if s is None or self._names_party(s, named)]
         if cased:
             found = [
                 (o, s)

@@ -27,6 +27,7 @@ __all__ = [
     "STOP",
     "WORD",
     "Written",
+    "alnum_key",
     "as_written",
     "ascii_digits",
     "asks_for",
@@ -36,9 +37,8 @@ __all__ = [
     "made_of",
     "name_forms",
     "occurrences",
-    "party_digits",
+    "party_key",
     "pieced",
-    "plain_digits",
     "redials",
     "reprinted",
     "reprints",
@@ -487,15 +487,17 @@ def shared_origins(found: list[list[Origin]]) -> list[Origin]:
 _PARTY_DIGITS = 8  # as ``find_numbers``: a number that may name a party
 
 
-def party_digits(value: str) -> str:
-    """The ASCII digits of ``value`` when it is a number that may name a party (eight digits or
-    more, no letter); else empty."""
-    if any(c.isalpha() for c in unfold(value)):
-        return ""
-    digits = plain_digits(value)
-    return digits if len(digits) >= _PARTY_DIGITS else ""
+def party_key(value: str) -> str:
+    """The letters and digits of ``value`` (digits of any script as ASCII, case folded) when they
+    make a party a write's content is judged for: a number of eight digits or more
+    (``find_numbers``), or an account (``find_handles``: an IBAN); else empty. ``000, 123, 456,
+    789`` and ``US13;3000;0001;…`` are keys; an address, a link, a name are not."""
+    key = alnum_key(value)
+    if key.isdigit():
+        return key if len(key) >= _PARTY_DIGITS else ""
+    return key if find_handles(key) == [key] else ""
 
 
-def plain_digits(text: str) -> str:
-    """The digits of ``text``, each of any script as its ASCII digit."""
-    return "".join(c for c in ascii_digits(unfold(text)) if "0" <= c <= "9")
+def alnum_key(text: str) -> str:
+    """The letters and digits of ``text``, digits of any script as ASCII, case folded."""
+    return "".join(c for c in ascii_digits(unfold(text)) if c.isalnum())
