@@ -131,7 +131,7 @@ class ProvenanceIndex(Naming, Steering):
         self._prefixes: dict[int, ProvenanceIndex] = {}
         self._limit: int | None = None  # a prefix: the position it stands at
         self._traced: dict[tuple[str, str | None, bool, bool], list[Origin]] = {}
-        self._parties: dict[int, list[str]] = {}  # digits of the parties a segment names
+        self._parties: dict[int, list[str]] = {}  # letters and digits of the parties a segment names
         self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
