@@ -66,11 +66,13 @@ from tether.policy._provenance_text import (
     PLACEHOLDER,
     WORD,
     Written,
+    alnum_key,
     as_written,
     contains_whole,
     echoed,
     made_of,
     occurrences,
+    party_key,
     pieced,
     redials,
     reprints,
@@ -78,7 +80,7 @@ from tether.policy._provenance_text import (
     request_names,
     shared_origins,
 )
-from tether.policy._provenance_values import Link, find_handles, find_links, link_key
+from tether.policy._provenance_values import Link, find_handles, find_links, find_numbers, link_key
 
 __all__ = ["ProvenanceIndex"]
 
@@ -128,7 +130,8 @@ class ProvenanceIndex(Naming, Steering):
         self.writes = sorted(writes, key=lambda w: w.position)
         self._prefixes: dict[int, ProvenanceIndex] = {}
         self._limit: int | None = None  # a prefix: the position it stands at
-        self._traced: dict[tuple[str, str | None, bool], list[Origin]] = {}
+        self._traced: dict[tuple[str, str | None, bool, bool], list[Origin]] = {}
+        self._parties: dict[int, list[str]] = {}  # letters and digits of the parties a segment names
         self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
@@ -308,18 +311,34 @@ class ProvenanceIndex(Naming, Steering):
 
     # -- one scalar ---------------------------------------------------------------------
 
-    def trace(self, value: str, kind: str | None = None, *, cased: bool = False) -> list[Origin]:
+    def trace(
+        self, value: str, kind: str | None = None, *, cased: bool = False, party: bool = False
+    ) -> list[Origin]:
         """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
         the kind of destination the value is for (the directory vouches per kind); ``cased``:
         the value names what a tool tells apart by case (a path, an id), so the request or a
-        result is its origin only where it writes it in the same case (``as_written``). An
-        index does not change once built, so each value is traced once per index."""
-        key = (value, kind, cased)
+        result is its origin only where it writes it in the same case (``as_written``);
+        ``party``: the value names who receives (a destination), so a result is its origin only
+        where it names that party as a write is judged for one (``_names_party``). An index does
+        not change once built, so each value is traced once per index."""
+        key = (value, kind, cased, party)
         if key not in self._traced:
-            self._traced[key] = self._trace(value, kind, cased)
+            self._traced[key] = self._trace(value, kind, cased, party)
         return list(self._traced[key])
 
-    def _trace(self, value: str, kind: str | None, cased: bool = False) -> list[Origin]:
+    def _names_party(self, seg: Segment, key: str) -> bool:
+        """Whether ``seg`` names a party whose letters and digits hold ``key`` (``party_key``),
+        read as a write's content is judged for one: its numbers (``find_numbers``) and its
+        accounts (``find_handles``). A store vouches for no party a write into it was not
+        judged for: ``000, 123, 456, 789`` (a list, to the judge) kept in the user's notes is no
+        account of the notes', whatever a later run copies from them."""
+        named = self._parties.get(id(seg))
+        if named is None:
+            found = [*find_numbers(seg.raw), *find_handles(seg.raw)]
+            named = self._parties[id(seg)] = [alnum_key(h) for h in found]
+        return any(key in n for n in named)
+
+    def _trace(self, value: str, kind: str | None, cased: bool = False, party: bool = False) -> list[Origin]:
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
@@ -362,6 +381,8 @@ class ProvenanceIndex(Naming, Steering):
                     continue
                 if contains_whole(seg.text, text):
                     found.append((Origin("tool", seg.label.trust, "contained", seg.label), seg))
+        if party and (named := party_key(value)):
+            found = [(o, s) for o, s in found if s is None or self._names_party(s, named)]
         if cased:
             found = [
                 (o, s)

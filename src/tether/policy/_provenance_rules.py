@@ -276,7 +276,9 @@ class ProvenanceRules:
     ) -> dict[str, Any]:
         text = element if isinstance(element, str) else json.dumps(element)
         origins = (
-            index.trace(text, rule.kind, cased=rule.cased(text)) if not isinstance(element, bool) else []
+            index.trace(text, rule.kind, cased=rule.cased(text), party=rule.role == "destination")
+            if not isinstance(element, bool)
+            else []
         )
         classes = classes_of(index, origins)
         if USER not in classes and "template" in rule.allow and index.fills_template(text, rule.fill_from):

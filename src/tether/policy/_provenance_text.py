@@ -27,6 +27,7 @@ __all__ = [
     "STOP",
     "WORD",
     "Written",
+    "alnum_key",
     "as_written",
     "ascii_digits",
     "asks_for",
@@ -36,6 +37,7 @@ __all__ = [
     "made_of",
     "name_forms",
     "occurrences",
+    "party_key",
     "pieced",
     "redials",
     "reprinted",
@@ -480,3 +482,22 @@ def shared_origins(found: list[list[Origin]]) -> list[Origin]:
     part shares by class: no part lends another its trust. None shared: composed (nowhere)."""
     common = set.intersection(*({o.trust for o in f} for f in found)) if found else set()
     return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
+
+
+_PARTY_DIGITS = 8  # as ``find_numbers``: a number that may name a party
+
+
+def party_key(value: str) -> str:
+    """The letters and digits of ``value`` (digits of any script as ASCII, case folded) when they
+    make a party a write's content is judged for: a number of eight digits or more
+    (``find_numbers``), or an account (``find_handles``: an IBAN); else empty. ``000, 123, 456,
+    789`` and ``US13;3000;0001;…`` are keys; an address, a link, a name are not."""
+    key = alnum_key(value)
+    if key.isdigit():
+        return key if len(key) >= _PARTY_DIGITS else ""
+    return key if find_handles(key) == [key] else ""
+
+
+def alnum_key(text: str) -> str:
+    """The letters and digits of ``text``, digits of any script as ASCII, case folded."""
+    return "".join(c for c in ascii_digits(unfold(text)) if c.isalnum())
