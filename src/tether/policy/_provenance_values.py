@@ -256,11 +256,7 @@ _ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}", re.IGNORECASE)
 _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
-_REMEMBERED_CHARS = 2048
-"""The longest text whose links and handles are remembered (``_links``, ``_handles``): the
-pieces a store joins are reread once for each element after them (``provenance_elements``), and
-they are short; a long text (a tool's result) is read once. ``bench/provenance_lines.py`` times
-the write of a note of 400 lines with and without them (about 5x)."""
+_REMEMBERED_CHARS = 2048  # joined pieces, reread per later element (bench/provenance_lines.py)
 
 
 def find_links(text: str) -> list[Link]:
@@ -471,9 +467,8 @@ _EMAIL = re.compile(
 )
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
-# ... and as a bank prints one: in groups of four, set apart by spaces (a run of them, or a line
-# break: ``normalise`` compares values so), a dash of any kind (spaced or not), or a dot, slash
-# or underscore before a group with a digit (not a host's or a path's words: ``db01.prod.east``).
+# ... and as a bank prints one: groups of four apart by spaces (runs, line breaks, as ``normalise``
+# reads them), any dash, or a dot, slash or underscore before a group with a digit (``db01.prod``: none).
 _WHITE = r"[ \t\r\n]"  # what ``normalise`` reads as one space, in runs
 _DASHES = "\u2010-\u2015\u2212"  # hyphens, figure, en and em dashes, the minus sign
 _PRINTED_GAP = rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|[./_](?=[a-z]{{0,3}}\d))"
@@ -510,10 +505,9 @@ def _handles(text: str) -> tuple[str, ...]:
 
 
 # A number set apart from words as a reader takes one whole (``contains_whole``): digits, with
-# what a phone or an account is printed with between them, a "+" before: spaces (runs, line
-# breaks: as ``normalise`` reads them), a dot, dash of any kind, slash, underscore or middle dot
-# (spaced or not), a bracket, a comma or apostrophe grouping thousands (``000'123'456'789``);
-# not run on from a token (an address, a path, an id, a fraction's digits) nor into one.
+# what a phone or an account is printed with between them, a "+" before: spaces (runs, line breaks,
+# as ``normalise`` reads them), a dot, any dash, slash, underscore or middle dot (spaced or not), a
+# bracket, a comma or apostrophe grouping thousands; not run on from a token nor into one.
 _MARK = rf"[./_\-{_DASHES}\u00b7]"
 _NUMBER_GAP = rf"(?:[,'\u2019](?=\d{{3}}(?!\d))|{_WHITE}*+(?:{_MARK}{_WHITE}*+)?[()]?{_WHITE}*+)"
 _NUMBER = re.compile(rf"(?<![\w@.+/:-])\+?\(?\d(?:{_NUMBER_GAP}\d)*(?![\w@+/-])")
