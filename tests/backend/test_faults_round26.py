@@ -20,7 +20,13 @@ Fixed here:
 - a Responses ``response.created`` again under the response's own id, followed by only the
   events after what had been said (a proxy that resends the tail): the tail was read as the
   whole answer (the text before it lost). The same response begun again must begin again every
-  item it had said (``_said._Said.lacks``); else the stream is garbled, retried.
+  item it had said (``_said._Said.lacks``); else the stream is garbled, retried;
+- events that carry ``id:`` fields, some sent again under their ids with the same data (a proxy
+  that resumed from a ``Last-Event-ID`` it misjudged): their text or arguments were read twice
+  (a chat call's arguments then no JSON, an Anthropic call lost). An event sent again under its
+  own id is read once (``_sse._Resent``), as a Responses event under its ``sequence_number``
+  is; an id given to two different events (every event under the completion's id) tells no
+  event apart from then on, so equal pieces of text under it are each read.
 
 Probed, all already honest; pinned here so they stay so: an Anthropic ``stop_sequence`` stop
 with whole ``tool_use`` blocks and a chat ``finish_reason: "stop"`` with tool calls (accepted,
@@ -41,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case
+from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case, sse
 from test_faults_round24 import faulty_call
 
 from tether_testing.fake_server import Reply
@@ -185,6 +191,32 @@ def preamble_and_call(edit: Any) -> Make:
     return make
 
 
+def with_ids(p: str, items: list[Any], ids: list[str]) -> list[Any]:
+    """Each event under the ``id:`` at its place in ``ids``."""
+    pairs = zip(ids, items, strict=True)
+    return [b"id: " + n.encode() + b"\n" + sse(p, i) if isinstance(i, dict) else i for n, i in pairs]
+
+
+def resent_after_ids(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Every event under an ``id:`` of its own; after the third, the second and third sent again
+    under their ids (a proxy that resumed from a ``Last-Event-ID`` it misjudged)."""
+    wired = with_ids(p, items, [f"ev-{n}" for n in range(len(items))])
+    return [*wired[:3], *wired[1:3], *wired[3:]]
+
+
+def one_id_for_all(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Every event under the same ``id:`` (the completion's), the answer's text streamed in
+    pieces where two pieces in a row are the same text."""
+    return with_ids(p, items, ["cmpl-1"] * len(items))
+
+
+def echoing(p: str, stream: bool) -> list[Reply]:
+    """The call, then a text of equal pieces (``chunks`` cuts it in equal runs), both with
+    ``one_id_for_all``."""
+    edit = lambda items: one_id_for_all(p, stream, items)  # noqa: E731
+    return [Reply.calls(ORDER, edit=edit), Reply.text("ha " * 8, chunks=8, edit=edit)]
+
+
 ANY = ("openai-chat", "openai-responses")
 CASES = [
     # -- fixed: a typed stop, a non-zero exit, the call never run ----------------------------
@@ -204,6 +236,7 @@ CASES = [
          ("stream_unreadable", "began again", "gave up"), modes=STREAM),
     # -- fixed: accepted with the same answer (a text-only turn was model_error) ---------------
     Case("message_stop_before_message_delta", only(A, good(edit=stop_before_delta)), True, modes=STREAM),
+    Case("events_resent_under_their_ids", good(edit=resent_after_ids), True, modes=STREAM),
     # -- pinned quirks: accepted with the same answer ---------------------------------------
     Case("a_stop_sequence_stop_with_whole_calls", only(A, good(edit=stop_reason("stop_sequence"))), True),
     Case("a_chat_stop_finish_with_calls", only(C, good(edit=stop_reason("stop"))), True),
@@ -231,6 +264,17 @@ def test_a_round26_fault_ends_honestly_and_a_quirk_is_accepted(
     for piece in case.said:
         assert piece in out["message"], out["message"]
     assert "Traceback" not in out["message"]
+
+
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), case_params(
+    [Case("one_id_for_every_event", echoing, True, modes=STREAM)]))  # fmt: skip
+def test_an_id_given_to_every_event_tells_no_event_apart(
+    tmp_path: Path, case: Case, provider: str, mode: str, transport: str
+) -> None:
+    """A server that gives every event one ``id:``: equal pieces of text under it are each read
+    (the id names no event), not taken for one sent again."""
+    code, out, requests, _ = run_case(tmp_path, provider, case, mode, transport)
+    assert (code, out["stop_reason"], requests, out["answer"]) == (0, "accepted", 2, "ha " * 8), out
 
 
 def named(name: str) -> Make:
