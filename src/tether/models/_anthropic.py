@@ -267,6 +267,10 @@ class AnthropicMessages(HTTPBackend):
         # unless a block began or grew after it (``Ending``).
         async for event in until_cut(source, ending.whole):
             kind = event.get("type")
+            if ending.done:  # message_stop came before the stop reason: read on for it alone
+                if kind == "message_delta" and _stop_said(event, ending, turn):
+                    break
+                continue
             if kind == "content_block_start" or (kind == "content_block_delta" and _carries(event)):
                 ending.content()
             if kind == "content_block_delta":
@@ -294,12 +298,11 @@ class AnthropicMessages(HTTPBackend):
                 # keeps it): a block said after it is content after the finish (``Ending``).
                 ending.said(message.get("stop_reason"))
             elif kind == "message_delta":
-                ending.said((event.get("delta") or {}).get("stop_reason"))
-                turn.usage(event.get("usage") or {})
-                billed(turn.to_usage())
+                _stop_said(event, ending, turn)
             elif kind == "message_stop":
                 ending.done = True
-                break  # the answer is whole: what follows (or a body held open) is not read
+                if ending.finish is not None:
+                    break  # the answer is whole: what follows (or a body held open) is not read
             # ping and event types added later carry nothing to keep
         if not ending.whole():
             why = "the stream ended without message_stop or a stop reason"
@@ -351,6 +354,18 @@ class AnthropicMessages(HTTPBackend):
         if written := usage.extra.get("cache_write_tokens"):
             meta["cache_write_tokens"] = written
         return self._answer(message, usage, model, stop_reason, **meta)
+
+
+def _stop_said(event: Mapping[str, Any], ending: Ending, turn: _Turn) -> bool:
+    """A ``message_delta``: its stop reason and output count read (the count billed); whether
+    the stream has now said a stop reason. One after ``message_stop`` (a proxy that reorders
+    the last two events) is still read: it says how the turn ended (before: never read, the
+    turn had no stop reason, so its calls ran, even past ``max_tokens``, while a text-only
+    turn ended ``model_error``). Nothing else after ``message_stop`` is: the message ended."""
+    ending.said((event.get("delta") or {}).get("stop_reason"))
+    turn.usage(event.get("usage") or {})
+    billed(turn.to_usage())
+    return ending.finish is not None
 
 
 class _Blocks:

@@ -320,6 +320,8 @@ class OpenAICompatible(OpenAIBackend):
             why = "the stream ended without a finish reason" + ("" if stream.done else " and [DONE]")
             if finish is not None:  # out of order: what followed the finish may be cut
                 why = "content came after the finish reason, and the stream ended without [DONE]"
+            if not stream.choices and stream.unusable:  # as a whole answer with it is refused
+                why += f"; no choice had a usable index ({stream.unusable})"
             received = f"{len(''.join(answer.text))} characters of text, {len(answer.calls)} tool call(s)"
             raise Retryable("stream_incomplete", f"{why} (after {received})")
         tool_calls = tuple(
@@ -397,7 +399,7 @@ class _Stream:
     never restarts), whose delta opens a turn (``role``, and no finish: ``_opens``). Before, the
     two completions' text ran together and the garbled answer was accepted."""
 
-    __slots__ = ("choices", "done", "id", "on_delta", "restarts", "stable")
+    __slots__ = ("choices", "done", "id", "on_delta", "restarts", "stable", "unusable")
 
     def __init__(self, on_delta: Any) -> None:
         self.choices: dict[int, _Choice] = {}
@@ -406,6 +408,7 @@ class _Stream:
         self.id: object = None  # the completion's id (its first chunk's)
         self.stable = False  # two chunks shared ``id``: ids name the completion, not the chunk
         self.restarts = 0
+        self.unusable = ""  # the first choice index that is no index (``_index``), as written
 
     def chunk(self, chunk: Mapping[str, Any]) -> None:
         choices = chunk.get("choices") or ()
@@ -418,10 +421,13 @@ class _Stream:
             elif self.stable and any(_opens(c) for c in choices):
                 self.choices, self.id, self.stable = {}, said, False
                 self.restarts += 1
+        if len(choices) > 1:
+            _once(choices)  # two under one index: garbled, as in a whole answer
         for choice in choices:
             index = _index(choice.get("index"))
-            if index is None:
-                continue  # no index: never the answer's choice
+            if index is None:  # no usable index: never the answer's choice (``_answer_choice``)
+                self.unusable = self.unusable or repr(choice.get("index"))[:80]
+                continue
             state = self.choices.get(index)
             if state is None:
                 state = self.choices[index] = _Choice()
@@ -456,9 +462,26 @@ def _opens(choice: Mapping[str, Any]) -> bool:
 
 def _answer_choice(choices: list[Any]) -> Any:
     """A whole answer's choice: index 0 (``n`` > 1, wherever listed), else the lowest numbered
-    (a server that numbers its only choice 1), else the first listed, as a stream's is."""
+    (a server that numbers its only choice 1), as a stream's is. Where no choice has a usable
+    index (``[0]``, ``-1``, ``true``), none is the answer's, as none is in a stream, which then
+    ends without a finish reason: an unusable answer (before: the first listed was accepted,
+    while the same answer streamed was refused)."""
+    numbered = _once(choices)
+    if not numbered:
+        said = [c.get("index") if isinstance(c, dict) else c for c in choices[:3]]
+        raise Retryable("unusable_response", f"no choice has a usable index: {str(said)[:200]}")
+    return min(numbered, key=lambda pair: pair[0])[1]
+
+
+def _once(choices: Any) -> list[tuple[int, Any]]:
+    """The choices (a whole answer's, or one chunk's) with a usable index, by it. Two listed
+    under one index are a garbled answer, for both readers (which is the answer? before: a
+    stream ran the two texts together, a whole answer took the first)."""
     numbered = [(i, c) for c in choices if isinstance(c, dict) and (i := _index(c.get("index"))) is not None]
-    return min(numbered, key=lambda pair: pair[0])[1] if numbered else choices[0]
+    if len({i for i, _ in numbered}) < len(numbered):
+        why = f"two choices under one index: {sorted(i for i, _ in numbered)[:8]}"
+        raise Retryable("unusable_response", why)
+    return numbered
 
 
 def _index(value: object) -> int | None:

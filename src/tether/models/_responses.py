@@ -215,21 +215,24 @@ class OpenAIResponses(OpenAIBackend):
         said = _Said()
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
-        begun = False  # ``response.created`` came
+        begun: object = None  # ``response.created`` came: the response's id ("" when none)
+        earlier: _Said | None = None  # what the same response said before it began again
         restarts = 0
         async for event in events(response, self.failures, self.max_response_bytes):
             if said.again(event):
                 continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
             if kind == "response.created":
-                if begun:
+                rid = (event.get("response") or {}).get("id") or ""
+                if begun is not None:
                     # The response begun again (a proxy that retried upstream mid-stream, or
                     # resent the stream from its start without its sequence numbers): its items
                     # start over, as an Anthropic ``message_start`` begun again does (before: the
                     # two runs' text ran together and the stream was refused as garbled, on every
                     # try). The same event sent again under its number was passed over above.
+                    earlier = said if rid and rid == begun else None
                     said, restarts = _Said(), restarts + 1
-                begun = True
+                begun = rid
             elif kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
                 if on_delta is not None:
@@ -262,6 +265,11 @@ class OpenAIResponses(OpenAIBackend):
         if final is None:
             why = f"the stream ended without a terminal event ({len(said.done)} items)"
             raise Retryable("stream_incomplete", why)
+        if earlier is not None and (lost := said.lacks(earlier)):
+            # The same response begun again (its id) must say again every item it had begun: a
+            # proxy that resends only the tail would have the tail read as the whole answer.
+            why = f"the response began again under its id and did not begin again its items {lost}"
+            raise Retryable("stream_unreadable", why[:300])
         meta = {"stream_restarts": restarts} if restarts else {}
         return self._parse(final, said.items(), list(said.done.values()), **meta)
 

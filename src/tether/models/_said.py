@@ -180,6 +180,13 @@ class _Said:
             why = f"a call's arguments streamed as {streamed[:80]!r} are done as {arguments[:80]!r}"
             raise Retryable("stream_unreadable", why)
 
+    def lacks(self, earlier: _Said) -> list[object]:
+        """The items ``earlier`` (what the same response said before it began again) began or
+        said that this run never began (``output_item.added``), by item id, else output index."""
+        begun = {_named(key, item) for key, item in self.added.items()}
+        said = [_named(key, earlier.added.get(key, earlier.done.get(key))) for key in earlier.order]
+        return [name for name in said if name not in begun][:5]
+
     def items(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for key in self.order:
@@ -228,6 +235,11 @@ def _part(event: Mapping[str, Any]) -> int:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _named(key: object, item: object) -> object:
+    """An item by its id, else by its key (output index)."""
+    return (item.get("id") if isinstance(item, dict) else None) or key
 
 
 def _another(earlier: object, item: Mapping[str, Any]) -> bool:

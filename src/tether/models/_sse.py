@@ -208,15 +208,18 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
     """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk than
     decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard says:
     lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a blank
-    line; comments and other fields (``id:``, ``retry:``) and a byte-order mark at the start are
-    skipped; an event named ``error`` (``event: error``) is yielded as ``ErrorData``, with or
-    without data. At the end of the body an unfinished event is still yielded (a cut one then
-    fails to parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks that end no
-    line are joined once one does (a huge event in small blocks is copied once)."""
+    line; comments and other fields (``retry:``) and a byte-order mark at the start are
+    skipped; an event sent again under its own ``id:`` is yielded once (``_Resent``); an
+    event named ``error`` (``event: error``) is yielded as ``ErrorData``, with or without data.
+    At the end of the body an unfinished event is still yielded (a cut one then fails to
+    parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks that end no line are
+    joined once one does (a huge event in small blocks is copied once)."""
     pending = b""
     unended: list[bytes] = []  # blocks since the last line end
     data: list[bytes] = []
     named = False  # the event under way is named ``error``
+    eid: bytes | None = None  # the event under way's own ``id:`` (none: it gave none)
+    resent = _Resent()
     start = True  # a byte-order mark at the start of the stream is dropped (the standard says so)
     async for block in blocks(response, limit):
         if not (start or b"\n" in block or b"\r" in block or pending.endswith(b"\r")):
@@ -239,18 +242,50 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
             elif not line:
                 if data:
                     joined = data[0] if len(data) == 1 else b"\n".join(data)
-                    yield ErrorData(joined) if named else joined
+                    if named:
+                        yield ErrorData(joined)
+                    elif eid is None or not resent.again(eid, joined):
+                        yield joined
                     data = []
                 elif named:  # an error event with no data still says the stream failed (``ErrorData``)
                     yield ErrorData(b"")
-                named = False  # the event's type ends with it (dispatched or not)
+                named, eid = False, None  # the event's type and id end with it (dispatched or not)
             elif line.startswith(b"event:"):
                 named = line[6:].strip() == b"error"
+            elif line.startswith(b"id:"):
+                eid = line[3:].strip()
     pending = b"".join((pending, *unended))
     if pending.startswith(b"data:"):
         data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
     if data or named:
         yield ErrorData(b"\n".join(data)) if named else b"\n".join(data)
+
+
+class _Resent:
+    """The events a stream gave ids of their own (``id:``), to tell one sent again: the same id
+    and the same data as an event before it (a proxy that resumed the stream from a
+    ``Last-Event-ID`` it misjudged, and resent events already passed on) is read once, as a
+    Responses event sent again under its ``sequence_number`` is (before: its text or arguments
+    said twice, and the doubled answer accepted). An id given to two different events (a
+    server that gives every event the completion's id) names no event: from then on nothing
+    is told apart by it (two equal pieces of text under one id are both read)."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: dict[bytes, int] | None = {}
+
+    def again(self, eid: bytes, data: bytes) -> bool:
+        if self.seen is None or not eid:
+            return False
+        said, was = hash(data), self.seen.get(eid)
+        if was is None:
+            self.seen[eid] = said
+            return False
+        if was == said:
+            return True
+        self.seen = None
+        return False
 
 
 async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator[dict[str, Any]]:
