@@ -50,7 +50,7 @@ def who_chose(
     designating = {c for c in accepted if _designates(c)}
     if designating:
         return _designated(index, assigned, rule, text, designating, effectful, asked)
-    return _vouched(index, assigned, rule, text, origins, effectful, asked)
+    return _vouched(index, assigned, rule, text, origins, accepted, effectful, asked)
 
 
 def _designates(cls: str) -> bool:
@@ -93,13 +93,18 @@ def _vouched(
     rule: ArgumentRule,
     text: str,
     origins: Sequence[Origin],
+    accepted: set[str],
     effectful: bool,
     asked: bool,
 ) -> dict[str, Any] | None:
-    """``who_chose`` for a value accepted classes only vouch for: the problem, if any."""
-    if (mention := index.mentioned(text, assigned)) is not None:
-        return {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+    """``who_chose`` for a value accepted classes only vouch for: the problem, if any. Before
+    the run read any text someone chose, a longer text of an assigned class the rule accepts
+    that states the value ("Deposit account: …" in the user's notes) is where it was read, not
+    a mention of it."""
     steering = index.steering(assigned)
+    stating = {o.label for o in origins if o.label is not None and o.trust in accepted}
+    if (mention := index.mentioned(text, assigned, stating if steering is None else ())) is not None:
+        return {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
     if steering is None:
         return None
     # Read from an assigned field, by a call no one's text selected: a call whose

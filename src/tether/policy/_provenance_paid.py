@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
-from tether.policy._provenance_dates import currency_code, paid
+from tether.policy._provenance_dates import currency_code, is_currency, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules, key_name
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_schema import branch_of, inline_refs
@@ -164,7 +164,7 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
     told = _told(rules, call, rule)
     inside = named_inside(call.arguments.get(rule.argument))
     for name, value in call.arguments.items():  # a currency argument the rule does not name
-        if name not in (rule.argument, rule.currency) and _names_currency(name):
+        if name not in (rule.argument, rule.currency) and _names_currency(name, value):
             inside.add(_code(value))
     if not inside:
         return told
@@ -175,8 +175,9 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
 
 def named_inside(value: Any) -> set[str]:
     """The currencies an amount's value names in a field of its own that names one
-    (``currency``, ``currencyCode``, ``Currency_Code``: ``_names_currency``), at any depth, as
-    ``currency_code`` reads them; empty for a figure or a record that names none."""
+    (``currency``, ``currencyCode``, ``Currency_Code``, ``ccy``, or any field whose text is a
+    currency: ``"unit": "KWD"``; ``_names_currency``), at any depth, as ``currency_code`` reads
+    them; empty for a figure or a record that names none."""
     found: set[str] = set()
 
     def walk(v: Any, depth: int) -> None:
@@ -184,7 +185,7 @@ def named_inside(value: Any) -> set[str]:
             return
         items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
         for k, item in items:
-            if isinstance(k, str) and _names_currency(k):
+            if isinstance(k, str) and _names_currency(k, item):
                 found.add(_code(item))
             else:
                 walk(item, depth + 1)
@@ -193,10 +194,18 @@ def named_inside(value: Any) -> set[str]:
     return found
 
 
-def _names_currency(key: str) -> bool:
-    """Whether a field named ``key`` names a currency (``currency``, ``currencyCode``,
-    ``Payment_Currency``), not a thing of one (``cryptocurrency_address``)."""
-    return key_name(key).endswith(("currency", "currencycode", "currencyiso"))
+def _names_currency(key: str, value: Any = None) -> bool:
+    """Whether a field ``key`` holding ``value`` names a currency: by its name (``currency``,
+    ``currencyCode``, ``Payment_Currency``, ``ccy``; not a thing of one:
+    ``cryptocurrency_address``), or whatever its name by its text, a currency code, sign or name
+    (``"unit": "KWD"``, ``"denomination": "€"``): a service reads a currency where it takes one."""
+    name = key_name(key)
+    if name.endswith(("currency", "currencycode", "currencyiso", "ccy")) or name in _CURRENCY_KEYS:
+        return True
+    return isinstance(value, str) and is_currency(value)
+
+
+_CURRENCY_KEYS = frozenset({"cur", "curr", "currencies"})
 
 
 def _code(value: Any) -> str:
