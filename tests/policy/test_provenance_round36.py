@@ -80,6 +80,7 @@ MEMBER_TRUST = TrustConfig(
     sources={
         "read_inbox": SourceTrust(default="third_party", fields={"id": "system", "sender": "address"}),
         "list_members": SourceTrust(default="address"),
+        "read_notes": SourceTrust(default="address"),  # the user's notes, trusted as assigned
     }
 )
 MEMBER_RULES = rules_from_dict(
@@ -91,6 +92,7 @@ MEMBER_RULES = rules_from_dict(
         },
         "read_inbox": {"effect": "read"},
         "list_members": {"effect": "read"},
+        "read_notes": {"effect": "read"},
     }
 )
 ADD = ToolSpec(
@@ -170,6 +172,16 @@ async def test_the_listings_account_kept_in_a_sentence_is_paid_unreviewed(form: 
     assert paid == [] and world.received == [
         ("transfer", {"recipient": _as_read(account), "amount": "200.00"})
     ]
+
+
+def test_a_name_the_notes_sentence_holds_is_still_a_mention() -> None:
+    # A name is no handle a write is judged for when it keeps it (an injected run could have
+    # kept "Add Dave Cole to the channel" in the notes unjudged): the notes, though trusted and
+    # accepted, still mention it, before any text someone chose as after.
+    run = Members("Read my notes, then add the new member of the team to the channel.")
+    run.observe("read_notes", {"text": f"Add {DAVE} to the channel."}).observe("list_members", [ALICE, DAVE])
+    assert _add(run, DAVE) == ("approve", ["chosen_after_untrusted"])
+    assert _add(run, ALICE) == ("allow", [])
 
 
 async def test_after_someones_text_a_value_inside_the_notes_sentence_is_still_reviewed() -> None:
