@@ -57,7 +57,7 @@ from tether.core.types import CallRecord, Observation, ProposedCall, ToolSpec
 from tether.policy._provenance_dates import is_currency
 from tether.policy._provenance_declarations import among_keys
 from tether.policy._provenance_labels import SourceTrust, TrustConfig, normalise, one_space
-from tether.policy._provenance_paid import named_inside
+from tether.policy._provenance_paid import SEVERAL, named_inside, paid_in
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._provenance_text import unfolded
 from tether.policy._references import _leaves
@@ -343,6 +343,27 @@ async def test_a_figure_scaled_or_named_in_its_string_is_no_amount_the_bound_rea
         amount={"value": "200.00"},
     )
     assert found == [] and world.paid == [(HOTEL_IBAN, "200.00", "EUR")]
+
+
+def test_a_field_only_its_text_makes_a_currency_never_overrides_the_tools_own() -> None:
+    # Any field whose text is a currency names one; but the service may read no currency there
+    # (a note), so beside the code the rule declares, or the tool's own currency, it is a second
+    # currency (no figure of the request bounds the payment), never the one paid in.
+    def paid(currency: str | None, arguments: dict[str, Any]) -> str | None:
+        amount: dict[str, Any] = {"role": "amount", "bound": ["user"], "keys": ["value"]}
+        declared = {"amount": {**amount, **({"currency": currency} if currency else {})}}
+        declared["currency"] = {"role": "option", "safe": ["EUR", "KWD"]}
+        rules = rules_from_dict({"pay": {"effect": "purchase", "arguments": declared}})["pay"]
+        spec = ToolSpec("pay", "Pay.", {"type": "object", "properties": {}}, Effect.PURCHASE)
+        return paid_in(rules, ProposedCall("c", spec, arguments), rules.arguments["amount"])
+
+    for currency in ("KWD", "currency"):  # pays in dinars, or in what it is told (told none)
+        assert paid(currency, {"amount": {"value": 200, "note": "EUR"}}) == SEVERAL  # was EUR
+        assert paid(currency, {"amount": {"value": 200}, "memo": "EUR"}) == SEVERAL
+    # Legitimate: the currency the rule declares, or told in a field named for one.
+    assert paid("KWD", {"amount": {"value": 200, "ccy": "kwd"}}) == "KWD"
+    assert paid("currency", {"amount": {"value": 200, "currency": "EUR"}}) == "EUR"
+    assert paid(None, {"amount": {"value": 200, "unit": "EUR"}}) == "EUR"
 
 
 def test_what_names_a_currency() -> None:

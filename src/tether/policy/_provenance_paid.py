@@ -160,24 +160,37 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
     the rule declares, or the value of the argument it names as the tool receives it
     (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
     tool receives ``null`` or no text); None where the tool takes no currency (``bounding`` then
-    reads every currency the request names). Told two (``SEVERAL``), it is none of them."""
+    reads every currency the request names). Told two (``SEVERAL``), it is none of them: a
+    currency named beside the code the rule declares or the argument's default (the service may
+    read either), or, where the tool takes its own, beside a field only its text makes one (the
+    service may read no currency there: ``{"value": 200, "note": "EUR"}``)."""
     told = _told(rules, call, rule)
-    inside = named_inside(call.arguments.get(rule.argument))
-    for name, value in call.arguments.items():  # a currency argument the rule does not name
-        if name not in (rule.argument, rule.currency) and _names_currency(name, value):
-            inside.add(_code(value))
+    inside, by_name = _named(rules, call, rule, by_text=True), _named(rules, call, rule, by_text=False)
     if not inside:
         return told
     if rules is not None and rule.currency in rules.arguments and rule.currency in call.arguments:
         inside.add(told or TOOLS_OWN)  # told in an argument too: which one the tool reads is unknown
+    elif told not in (None, TOOLS_OWN) or (told == TOOLS_OWN and inside - by_name):
+        inside.add(told or TOOLS_OWN)  # its own currency, or a field the tool may not read as one
     return inside.pop() if len(inside) == 1 else SEVERAL
 
 
-def named_inside(value: Any) -> set[str]:
+def _named(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule, *, by_text: bool) -> set[str]:
+    """The currencies the amount's value and the call's other arguments name (``named_inside``),
+    fields named for a currency only unless ``by_text`` (any field whose text is one too)."""
+    found = named_inside(call.arguments.get(rule.argument), by_text=by_text)
+    for name, value in call.arguments.items():  # a currency argument the rule does not name
+        if name not in (rule.argument, rule.currency) and _names_currency(name, value if by_text else None):
+            found.add(_code(value))
+    return found
+
+
+def named_inside(value: Any, *, by_text: bool = True) -> set[str]:
     """The currencies an amount's value names in a field of its own that names one
     (``currency``, ``currencyCode``, ``Currency_Code``, ``ccy``, or any field whose text is a
     currency: ``"unit": "KWD"``; ``_names_currency``), at any depth, as ``currency_code`` reads
-    them; empty for a figure or a record that names none."""
+    them; empty for a figure or a record that names none. Not ``by_text``: only fields named for
+    a currency (a field whose text is one may be no currency to the tool: a note)."""
     found: set[str] = set()
 
     def walk(v: Any, depth: int) -> None:
@@ -185,7 +198,7 @@ def named_inside(value: Any) -> set[str]:
             return
         items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
         for k, item in items:
-            if isinstance(k, str) and _names_currency(k, item):
+            if isinstance(k, str) and _names_currency(k, item if by_text else None):
                 found.add(_code(item))
             else:
                 walk(item, depth + 1)
