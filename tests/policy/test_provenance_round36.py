@@ -15,8 +15,11 @@ rounds 32 and 35 left, and the limits ``docs/limits.md`` states, tried one by on
    class) made the next run's payment of that account a reviewer's (``chosen_after_untrusted``,
    mentioned in the notes), a false positive; printed with spaces or line breaks it passed (the
    inconsistency of 1). Before any text someone chose is read, a longer text of an assigned
-   class the rule accepts, where the value was read, states the value rather than mentions it.
-   After such text was read, a value only contained in a longer text still goes to a reviewer.
+   class the rule accepts, where the value was read, states the value rather than mentions it,
+   where the value is a party's handle a write is judged for when it keeps it (an address, an
+   account, a link, a number of eight digits or more): a name kept in the notes (which no
+   write is judged for) is still a mention there. After such text was read, a value only
+   contained in a longer text still goes to a reviewer.
 3. **a currency named otherwise**: only a field whose name ends in ``currency`` or
    ``currencyCode`` named the amount's currency; ``{"value": 200, "ccy": "KWD"}``, ``"unit":
    "KWD"``, ``"denomination": "KWD"`` or a ``ccy`` argument beside an amount declared in euros
@@ -24,7 +27,9 @@ rounds 32 and 35 left, and the limits ``docs/limits.md`` states, tried one by on
    currency, and so does any field whose whole text is a currency (an ISO 4217 code in any case,
    a sign or a name; ``is_currency``). "200 KWD" as the amount, a scaled figure (``exponent``,
    ``decimals``) and a figure in minor units beside the declared one were already no amount the
-   bound reads (reviewed): kept here as tests.
+   bound reads (reviewed): kept here as tests. A field only its text makes a currency (a note
+   reading "EUR") may be none to the service: beside the currency the rule declares, or the
+   tool's own, it is a second currency (no figure bounds the payment), never the one paid in.
 4. **a key written as a path**: servers that set a value at a dotted path (``user.name``), a
    bracketed one (``user[name]``, as form parsers do) or past a list index (``files.0.id``,
    ``files[0][id]``, ``files_0_id``) read it as the nested key; the policy judged it as free
