@@ -7,7 +7,16 @@ from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_declarations import ArgumentRule
-from tether.policy._provenance_labels import EXTRACTOR, USER, USER_WORD, Origin, shape_kind
+from tether.policy._provenance_labels import (
+    EXTRACTOR,
+    SHAPE_KINDS,
+    USER,
+    USER_WORD,
+    Origin,
+    normalise,
+    shape_kind,
+)
+from tether.policy._provenance_values import find_numbers
 
 __all__ = ["who_chose"]
 
@@ -50,7 +59,7 @@ def who_chose(
     designating = {c for c in accepted if _designates(c)}
     if designating:
         return _designated(index, assigned, rule, text, designating, effectful, asked)
-    return _vouched(index, assigned, rule, text, origins, effectful, asked)
+    return _vouched(index, assigned, rule, text, origins, accepted, effectful, asked)
 
 
 def _designates(cls: str) -> bool:
@@ -93,13 +102,23 @@ def _vouched(
     rule: ArgumentRule,
     text: str,
     origins: Sequence[Origin],
+    accepted: set[str],
     effectful: bool,
     asked: bool,
 ) -> dict[str, Any] | None:
-    """``who_chose`` for a value accepted classes only vouch for: the problem, if any."""
-    if (mention := index.mentioned(text, assigned)) is not None:
-        return {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+    """``who_chose`` for a value accepted classes only vouch for: the problem, if any. Before
+    the run read any text someone chose, a longer text of an assigned class the rule accepts
+    that states a party's handle ("Deposit account: …" in the user's notes) is where it was
+    read, not a mention of it: a write that kept such a handle in a store was judged for it
+    (``_judged_when_kept``); a name, which no write is judged for, is still mentioned there."""
     steering = index.steering(assigned)
+    stating = (
+        {o.label for o in origins if o.label is not None and o.trust in accepted}
+        if steering is None and _judged_when_kept(text)
+        else set()
+    )
+    if (mention := index.mentioned(text, assigned, stating)) is not None:
+        return {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
     if steering is None:
         return None
     # Read from an assigned field, by a call no one's text selected: a call whose
@@ -125,3 +144,9 @@ def _vouched(
         # effect: who receives it is the model's pick, as for a named record's values.
         return {**after, "effect_not_requested": True}
     return None
+
+
+def _judged_when_kept(text: str) -> bool:
+    """Whether ``text`` is a party's handle a write is judged for when it keeps it (an address,
+    an IBAN-shaped account, a link, a number of eight digits or more: ``party_handles``)."""
+    return shape_kind(text) in SHAPE_KINDS or any(normalise(n) == normalise(text) for n in find_numbers(text))

@@ -29,6 +29,7 @@ __all__ = [
     "date_mentions",
     "figure",
     "figures",
+    "is_currency",
     "numeral",
     "paid",
     "parse_date",
@@ -342,6 +343,29 @@ def currency_code(mark: str) -> str:
     other text upper-cased as it is (a code the marks here do not know is still its own)."""
     folded = unfold(mark).strip()
     return _CODES.get(folded, folded.upper())
+
+
+# The codes of ISO 4217 (and of the coins payment services also take): a field whose whole text
+# is one names a currency (``is_currency``), whatever the field is called.
+_ISO_TEXT = (
+    "AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BOV BRL BSD "
+    "BTN BWP BYN BZD CAD CDF CHE CHF CHW CLF CLP CNY COP COU CRC CUC CUP CVE CZK DJF DKK DOP "
+    "DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL HRK HTG HUF IDR ILS "
+    "INR IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD "
+    "MAD MDL MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MXV MYR MZN NAD NGN NIO NOK NPR NZD OMR "
+    "PAB PEN PGK PHP PKR PLN PYG QAR RON RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS "
+    "SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS UAH UGX USD USN UYI UYU UYW "
+    "UZS VED VES VND VUV WST XAF XAG XAU XCD XCG XDR XOF XPD XPF XPT XSU YER ZAR ZMW ZWG ZWL "
+    "BTC ETH USDT USDC"
+)
+_ISO_CODES = frozenset(_ISO_TEXT.split())
+
+
+def is_currency(text: str) -> bool:
+    """Whether ``text`` is, whole, a currency: an ISO 4217 code in any case, or a sign or a name
+    ``currency_code`` knows (``€``, ``euros``)."""
+    folded = unfold(text).strip()
+    return folded in _CODES or folded.upper() in _ISO_CODES
 
 
 def _qualified(before: str, after: str) -> str | None:

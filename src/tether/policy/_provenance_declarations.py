@@ -76,11 +76,35 @@ def key_name(key: object) -> str:
 def among_keys(key: object, keys: tuple[str, ...], above: tuple[object, ...] = ()) -> bool:
     """Whether ``key`` is one of ``keys`` as a server reads it (``key_name``), alone or, with the
     keys of the mappings it stands in since the last list (``above``, outermost first), as a
-    server that flattens nested objects names it: ``{"user": {"name": x}}`` is ``user_name``."""
+    server that flattens nested objects names it: ``{"user": {"name": x}}`` is ``user_name``. A
+    key written as a path is read as its steps (``_steps``), as servers that set a value at a
+    dotted path or a bracketed or indexed one read it: ``user.name``, ``user[name]``, and after a
+    list index only what follows it (``files.0.id``, ``files[0][id]``, ``files_0_id`` is ``id``)."""
     if not keys:
         return False
     names, path = _key_names(keys), [*above[-3:], key]
-    return any(key_name("".join(map(str, path[i:]))) in names for i in range(len(path)))
+    if any(key_name("".join(map(str, path[i:]))) in names for i in range(len(path))):
+        return True
+    steps = [step for k in path for step in _steps(k)]
+    while _INDEX in steps:  # a list's element: its path starts again after the index
+        steps = steps[steps.index(_INDEX) + 1 :]
+    steps = steps[-4:]
+    return any(key_name("".join(steps[i:])) in names for i in range(len(steps)))
+
+
+_PATH_MARKS = re.compile(r"[.\[\]]+")
+_UNDERSCORED_INDEX = re.compile(r"(?:^|_)(\d+)(?=_|$)")
+_INDEX = "\x00"  # a list index inside a key written as a path
+
+
+def _steps(key: object) -> list[str]:
+    """``key`` written as a path (``user.name``, ``files[0][id]``, ``files_0_id``): its steps,
+    each list index as ``_INDEX``; a key that is no path is one step."""
+    out: list[str] = []
+    for chunk in _PATH_MARKS.split(str(key)):
+        pieces = _UNDERSCORED_INDEX.split(chunk)  # text, then each index and the text after it
+        out += [_INDEX if i % 2 or p.isdigit() else p for i, p in enumerate(pieces) if p]
+    return out
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,7 +15,7 @@ from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
-from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
+from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, unfolded
 from tether.policy._provenance_values import (
     Link,
     find_handles,
@@ -136,7 +136,7 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
     (case, width, invisible characters and the script of digits folded: ``ｈｕｎｔｅｒ２２``
     is ``hunter22``, ``٤٨٢١`` is ``4821``)."""
     wanted = set(trust)
-    text = ascii_digits(unfold(value))
+    text = ascii_digits(unfolded(value))
     bare = BARE.sub("", text)
     return [
         s

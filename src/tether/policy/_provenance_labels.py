@@ -45,6 +45,7 @@ __all__ = [
     "label_observation",
     "least_trusted",
     "normalise",
+    "one_space",
     "shape_kind",
     "split_values",
     "trust_parts",
@@ -249,19 +250,21 @@ def trust_parts(trust: str) -> frozenset[str]:
 # -- normalisation -------------------------------------------------------------------------
 
 _WS = re.compile(r"[ \t\r\n]+")
-
-
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def normalise(value: str) -> str:
     """The form values are compared in: canonically composed (``compose``: NFC, but a Kelvin
-    or an Ångström sign stays), ASCII letters in lower case, runs of ASCII whitespace made one
-    space and trimmed. Nothing else is removed or replaced: a zero-width, full-width or
-    look-alike character, a quote or a trailing dot stays, and no other letter is folded (``ß``
-    is not ``ss``, the Kelvin sign is not ``k``), so a value matches only what the tool would
-    receive as the same text."""
-    return _WS.sub(" ", compose(value).translate(_ASCII_LOWER)).strip(" ")
+    or an Ångström sign stays), ASCII letters in lower case, spaced once (``one_space``). A
+    zero-width, full-width or look-alike character, a quote or a trailing dot stays, and no other
+    letter is folded (``ß``, the Kelvin sign): it matches what a tool receives as the same text."""
+    return one_space(compose(value).translate(_ASCII_LOWER))
+
+
+def one_space(text: str) -> str:
+    """``text`` with each run of spaces, tabs and line breaks one space, trimmed: the one reading
+    of spacing wherever values are compared (``normalise``; a mention, ``Steering.unfolded``)."""
+    return _WS.sub(" ", text).strip(" ")
 
 
 def _structured(schema: Any) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
-from tether.policy._provenance_dates import currency_code, paid
+from tether.policy._provenance_dates import currency_code, is_currency, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules, key_name
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_schema import branch_of, inline_refs
@@ -160,23 +160,37 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
     the rule declares, or the value of the argument it names as the tool receives it
     (``home_currency`` where the call leaves it out; ``TOOLS_OWN`` where that gives none, or the
     tool receives ``null`` or no text); None where the tool takes no currency (``bounding`` then
-    reads every currency the request names). Told two (``SEVERAL``), it is none of them."""
+    reads every currency the request names). Told two (``SEVERAL``), it is none of them: a
+    currency named beside the code the rule declares or the argument's default (the service may
+    read either), or, where the tool takes its own, beside a field only its text makes one (the
+    service may read no currency there: ``{"value": 200, "note": "EUR"}``)."""
     told = _told(rules, call, rule)
-    inside = named_inside(call.arguments.get(rule.argument))
-    for name, value in call.arguments.items():  # a currency argument the rule does not name
-        if name not in (rule.argument, rule.currency) and _names_currency(name):
-            inside.add(_code(value))
+    inside, by_name = _named(rules, call, rule, by_text=True), _named(rules, call, rule, by_text=False)
     if not inside:
         return told
     if rules is not None and rule.currency in rules.arguments and rule.currency in call.arguments:
         inside.add(told or TOOLS_OWN)  # told in an argument too: which one the tool reads is unknown
+    elif told not in (None, TOOLS_OWN) or (told == TOOLS_OWN and inside - by_name):
+        inside.add(told or TOOLS_OWN)  # its own currency, or a field the tool may not read as one
     return inside.pop() if len(inside) == 1 else SEVERAL
 
 
-def named_inside(value: Any) -> set[str]:
+def _named(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule, *, by_text: bool) -> set[str]:
+    """The currencies the amount's value and the call's other arguments name (``named_inside``),
+    fields named for a currency only unless ``by_text`` (any field whose text is one too)."""
+    found = named_inside(call.arguments.get(rule.argument), by_text=by_text)
+    for name, value in call.arguments.items():  # a currency argument the rule does not name
+        if name not in (rule.argument, rule.currency) and _names_currency(name, value if by_text else None):
+            found.add(_code(value))
+    return found
+
+
+def named_inside(value: Any, *, by_text: bool = True) -> set[str]:
     """The currencies an amount's value names in a field of its own that names one
-    (``currency``, ``currencyCode``, ``Currency_Code``: ``_names_currency``), at any depth, as
-    ``currency_code`` reads them; empty for a figure or a record that names none."""
+    (``currency``, ``currencyCode``, ``Currency_Code``, ``ccy``, or any field whose text is a
+    currency: ``"unit": "KWD"``; ``_names_currency``), at any depth, as ``currency_code`` reads
+    them; empty for a figure or a record that names none. Not ``by_text``: only fields named for
+    a currency (a field whose text is one may be no currency to the tool: a note)."""
     found: set[str] = set()
 
     def walk(v: Any, depth: int) -> None:
@@ -184,7 +198,7 @@ def named_inside(value: Any) -> set[str]:
             return
         items = v.items() if isinstance(v, Mapping) else enumerate(v) if isinstance(v, list | tuple) else ()
         for k, item in items:
-            if isinstance(k, str) and _names_currency(k):
+            if isinstance(k, str) and _names_currency(k, item if by_text else None):
                 found.add(_code(item))
             else:
                 walk(item, depth + 1)
@@ -193,10 +207,18 @@ def named_inside(value: Any) -> set[str]:
     return found
 
 
-def _names_currency(key: str) -> bool:
-    """Whether a field named ``key`` names a currency (``currency``, ``currencyCode``,
-    ``Payment_Currency``), not a thing of one (``cryptocurrency_address``)."""
-    return key_name(key).endswith(("currency", "currencycode", "currencyiso"))
+def _names_currency(key: str, value: Any = None) -> bool:
+    """Whether a field ``key`` holding ``value`` names a currency: by its name (``currency``,
+    ``currencyCode``, ``Payment_Currency``, ``ccy``; not a thing of one:
+    ``cryptocurrency_address``), or whatever its name by its text, a currency code, sign or name
+    (``"unit": "KWD"``, ``"denomination": "€"``): a service reads a currency where it takes one."""
+    name = key_name(key)
+    if name.endswith(("currency", "currencycode", "currencyiso", "ccy")) or name in _CURRENCY_KEYS:
+        return True
+    return isinstance(value, str) and is_currency(value)
+
+
+_CURRENCY_KEYS = frozenset({"cur", "curr", "currencies"})
 
 
 def _code(value: Any) -> str:

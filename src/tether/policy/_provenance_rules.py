@@ -58,8 +58,8 @@ from tether.policy._provenance_paid import (
 )
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
-from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for
-from tether.policy._provenance_values import find_links, unfold
+from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, unfolded
+from tether.policy._provenance_values import find_links
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
 
@@ -478,7 +478,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     folded): the same words in full width are the same relay. Text of a class less trusted than
     one of ``classes`` (``_no_better``: a page of the web, a tool's error message) is no more
     to be relayed than theirs."""
-    text = unfold(value).strip()
+    text = unfolded(value)
     sources = [(s, index.unfolded_text(s)) for s in index.segments if _no_better(s.label.trust, classes)]
     if not text or not sources:
         return None

@@ -6,7 +6,7 @@ it goes to a reviewer after untrusted text."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from tether.policy._provenance_dates import DateMention, parse_date
@@ -21,7 +21,7 @@ from tether.policy._provenance_labels import (
     SourceLabel,
     normalise,
 )
-from tether.policy._provenance_text import ALPHA_WORD, STOP, Written, contains_whole, reprinted
+from tether.policy._provenance_text import ALPHA_WORD, STOP, Written, contains_whole, reprinted, unfolded
 from tether.policy._provenance_values import unfold
 
 __all__ = ["Steering"]
@@ -124,10 +124,10 @@ class Steering:
         return day is not None and any(m.matches(day) for m in self.request_dates)
 
     def unfolded_text(self, seg: Segment) -> str:
-        """``seg``'s text unfolded (NFKC, case, invisible characters), computed once."""
+        """``seg``'s text ``unfolded``, computed once."""
         hay = self._unfolded.get(id(seg))
         if hay is None:
-            hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+            hay = self._unfolded[id(seg)] = unfolded(seg.raw)
         return hay
 
     def steering(self, assigned: Iterable[str]) -> Segment | None:
@@ -139,15 +139,19 @@ class Steering:
                 return seg
         return None
 
-    def mentioned(self, value: str, assigned: Iterable[str] = ()) -> Segment | None:
+    def mentioned(
+        self, value: str, assigned: Iterable[str] = (), stating: Collection[SourceLabel] = ()
+    ) -> Segment | None:
         """A segment whose text someone chose and that mentions ``value``: the value inside a
         longer text of any class (a name in a message, a page, a channel's name), or a field
         that is exactly the value but of a class not in ``assigned`` (a message body, a
         participant list its author wrote); or None. A system-assigned field that *is* the
         value (a sender, a member list's entry) lists it rather than mentions it. Both sides
         are unfolded (NFKC, case, invisible characters, defanged dots) and the value counts
-        wherever no letter or digit is glued to it (``mailto:carol@x``, ``<carol@x>``)."""
-        needle = unfold(value).strip()
+        wherever no letter or digit is glued to it (``mailto:carol@x``, ``<carol@x>``). A longer
+        text of an assigned class labelled as one of ``stating`` (where the value was read:
+        ``who_chose``) states the value rather than mentions it."""
+        needle = unfolded(value)
         if not needle:
             return None
         pattern = re.compile(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", re.UNICODE)
@@ -159,7 +163,11 @@ class Steering:
             if hay == needle:
                 if seg.label.trust not in keep:
                     return seg
-            elif len(hay) > len(needle) and pattern.search(hay):
+            elif (
+                len(hay) > len(needle)
+                and pattern.search(hay)
+                and not (seg.label.trust in keep and seg.label in stating)
+            ):
                 return seg
         return None
 
@@ -182,7 +190,7 @@ class Steering:
         day = parse_date(value)
         if day is not None and any(m.matches(day) for m in self.request_dates):
             return None
-        needle = unfold(value).strip()
+        needle = unfolded(value)
         if len(needle) < 2:
             return None
         keep, bare = frozenset(assigned), reprinted(needle, bare=True)

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise
+from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise, one_space
 from tether.policy._provenance_values import (
     LOCAL_MARKS,
     compose,
@@ -47,7 +47,17 @@ __all__ = [
     "said",
     "says_what_for",
     "shared_origins",
+    "unfolded",
 ]
+
+
+def unfolded(text: str) -> str:
+    """``text`` as a mention of a value is read, on both sides: unfolded (NFKC, case, invisible
+    characters, defanged dots) and spaced once, as ``normalise`` spaces what a payment or a
+    message is traced by (``one_space``): "Dave\\nJones" in a mail mentions the ``Dave Jones``
+    a call gives, and the ``Dave  Jones`` it gives is the one the mail names."""
+    return one_space(unfold(text))
+
 
 WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
 ALPHA_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
