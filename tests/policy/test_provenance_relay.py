@@ -25,6 +25,7 @@ from tether.context import CompressionConfig, ContextConfig
 from tether.context._store import LargeOutputStore
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.types import Observation
+from tether.errors import NotFoundError
 from tether.models._base import ModelRequest
 from tether.policy._provenance_labels import TRUST_ORDER, SourceTrust, TrustConfig, least_trusted
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
@@ -230,9 +231,11 @@ def test_the_store_keeps_the_origin_in_memory_and_on_disk(tmp_path: Path) -> Non
         assert again.read(ref)["relays"] == ["call_7"]
         store.put("x" * 100, origin="call_9")  # the same text again, from another call
         assert store.read(ref)["relays"] == ["call_7", "call_9"]
-    # Runs share the texts of one folder, not their call ids: another run's ids name other calls.
+    # Runs share one folder, not their call ids (another run's ids name other calls), nor their
+    # texts: another run reads a text only once it stored it too.
     other = LargeOutputStore(tmp_path / "outputs", run="another")
-    assert "relays" not in other.read(ref)
+    with pytest.raises(NotFoundError):
+        other.read(ref)
     assert other.read(other.put("x" * 100, origin="call_1"))["relays"] == ["call_1"]
     assert LargeOutputStore(tmp_path / "outputs").read(ref)["relays"] == ["call_7", "call_9"]
     # A line a crash tore is skipped, and the next origin is still read.

@@ -95,6 +95,7 @@ class ContextEngine:
         outputs: LargeOutputStore | None = None,
         trace_dir: str | Path | None = None,
         run_id: str = "run",
+        tenant: str = "",
         emit: Emit | None = None,
         expected_updates: int = 12,
     ) -> None:
@@ -107,7 +108,7 @@ class ContextEngine:
             store = FrozenStore(path)
         if outputs is None:
             root = cfg.outputs_dir or (base / "outputs" if base is not None else None)
-            outputs = LargeOutputStore(root, run=run_id)
+            outputs = LargeOutputStore(root, run=run_id, tenant=tenant)
         self.store, self.outputs = store, outputs
         summary_model = cfg.summary_model or model
         self.compressor = Compressor(

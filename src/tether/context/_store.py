@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -168,20 +169,31 @@ class LargeOutputStore:
     """Tool outputs too big for the context, kept outside it under a content hash (in memory
     when ``root`` is None). ``read`` pages through a text and names the calls whose output it is
     (``relays``), so a page is judged as the output it repeats; each ``run`` has its own origins.
+
+    One folder serves every run and tenant of a host, and a ref is only a digest of the text
+    (one that leaked, or a known document's): a store reads an output only when a run it may
+    read (``readable``: its own, and its ancestors', ``share``) stored it for its ``tenant``.
     """
 
-    def __init__(self, root: str | Path | None = None, run: str = "") -> None:
+    def __init__(self, root: str | Path | None = None, run: str = "", tenant: str = "") -> None:
         self.root = Path(root) if root is not None else None
-        self.run = run
+        self.run, self.tenant = run, tenant
+        self.readable: set[str] = {run}
         self._memory: dict[str, str] = {}
-        self._origins: dict[str, list[str]] = {}
+        self._entries: dict[str, list[dict[str, Any]]] = {}
+
+    def share(self, runs: Iterable[str]) -> None:
+        """Let this run read what ``runs`` (its parent and the parent's ancestors) stored for
+        its tenant: a parent hands its subagent a ref to read."""
+        self.readable.update(runs)
 
     def put(self, text: str, origin: str | None = None) -> str:
         ref = "out_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        entry = {"run": self.run, "tenant": self.tenant, "origin": origin}
         if self.root is None:
             self._memory[ref] = text
-            if origin is not None and origin not in self._origins.setdefault(ref, []):
-                self._origins[ref].append(origin)
+            if entry not in (entries := self._entries.setdefault(ref, [])):
+                entries.append(entry)
             return ref
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{ref}.txt"
@@ -189,37 +201,49 @@ class LargeOutputStore:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
-        if origin is not None and origin not in self.origins(ref):
+        if entry not in self._entries_of(ref):
             # One write that starts a line of its own: a torn line is never glued to the next.
             fd = os.open(self.root / f"{ref}.origins", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                _write_all(fd, b"\n" + _line({"run": self.run, "origin": origin}))
+                _write_all(fd, b"\n" + _line(entry))
             finally:
                 os.close(fd)
         return ref
 
-    def origins(self, ref: str) -> list[str]:
-        """The call ids of this run whose output ``ref`` holds; empty for one stored without them."""
+    def _entries_of(self, ref: str) -> list[dict[str, Any]]:
+        """Who stored ``ref``: one entry per run, tenant and origin (torn lines skipped)."""
         if self.root is None or not _is_ref(ref):
-            return list(self._origins.get(ref, ()))
+            return self._entries.get(ref, []) if self.root is None else []
         try:
             lines = (self.root / f"{ref}.origins").read_text(encoding="utf-8").splitlines()
         except (OSError, ValueError):
             return []
-        found: list[str] = []
+        found: list[dict[str, Any]] = []
         for raw in lines:
             try:
                 entry = json.loads(raw)
-                run, origin = entry["run"], entry["origin"]
-            except (ValueError, TypeError, KeyError):
+            except ValueError:
                 continue  # a torn line
-            if run == self.run and isinstance(origin, str) and origin not in found:
+            if isinstance(entry, dict):
+                found.append(entry)
+        return found
+
+    def _ours(self, entry: dict[str, Any]) -> bool:
+        return entry.get("tenant", "") == self.tenant and entry.get("run") in self.readable
+
+    def origins(self, ref: str) -> list[str]:
+        """The call ids of the runs this one reads (its own, its ancestors') whose output ``ref``
+        holds; empty for one stored without them."""
+        found: list[str] = []
+        for entry in self._entries_of(ref):
+            origin = entry.get("origin")
+            if self._ours(entry) and isinstance(origin, str) and origin not in found:
                 found.append(origin)
         return found
 
     def get(self, ref: str) -> str:
         text = None
-        if _is_ref(ref):
+        if _is_ref(ref) and any(self._ours(e) for e in self._entries_of(ref)):
             if self.root is None:
                 text = self._memory.get(ref)
             elif (path := self.root / f"{ref}.txt").exists():

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -24,9 +23,10 @@ from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelE
 from tether.models._base import ModelResponse, finish_problem
 from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
+from tether.runners._child_ids import child_run_id
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
-from tether.runners._spend import fold, made, within
+from tether.runners._spend import asked, fold, made, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -121,13 +121,16 @@ class AgentLoop:
             clock=host.clock,
             trace_dir=host.trace_dir,
             run_id=run_id,
+            tenant=state.context.tenant,
             emit=lambda kind, **data: tracer.emit(EventKind(kind), **data),
             expected_updates=self.limits.max_steps,
         )
 
+        readable = self.engine.outputs.readable  # a subagent reads the outputs its parent reads
+
         async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state, call_id, offered, agent.limits),
+                _ChildRuns(host, state, call_id, offered, agent.limits, sub.name, readable),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -213,7 +216,7 @@ class AgentLoop:
             message = response.message
             if len(message.tool_calls) > self.limits.max_calls_per_turn:
                 raise self._too_many_calls(message)
-            if (why := self.repetition.before(_asked_signatures(message))) is not None:
+            if (why := self.repetition.before(asked(message))) is not None:
                 self.tracer.emit(EventKind.REPETITION_DETECTED, detail=why + ": none ran")
                 s.trajectory.append(_text_only(message))
                 raise StopRun(StopReason.REPETITION, why + ": none ran", self._host_answer())
@@ -500,7 +503,14 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
 
 
 async def run_child(
-    host: Host, parent: RunState, agent: Agent, objective: str, context: TrustedContext, *, run_id: str
+    host: Host,
+    parent: RunState,
+    agent: Agent,
+    objective: str,
+    context: TrustedContext,
+    *,
+    run_id: str,
+    shared: Iterable[str] = (),
 ) -> RunResult:
     """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint,
     under ``run_id``, an id its parent derives from its own (``child_run_id``). Its objective is
@@ -512,7 +522,8 @@ async def run_child(
     pauses for a person makes its parent wait too (the parent stops, or its call pauses): the
     child is continued only through the parent (``resume_point``), so what it does next is
     bounded by one history, not by a snapshot its parent went on from. Until it ends, its
-    history stays in its own checkpoint; when it ends, it is folded into the parent's."""
+    history stays in its own checkpoint; when it ends, it is folded into the parent's. It reads
+    the large outputs the runs in ``shared`` stored (its parent's and their ancestors')."""
     async with one_resume_at_a_time(run_id):
         saved = await host.approvals.store.load_checkpoint(run_id) if host.approvals is not None else None
         live = saved if saved is not None and saved.status != "finished" else None
@@ -535,6 +546,7 @@ async def run_child(
             )
             loop.state.parent_run = parent.run_id
             loop.state.handed_down = [len(inherited[0]), len(inherited[1])]
+        loop.engine.outputs.share(shared)
         result = await loop.run()
     if result.stop_reason is StopReason.APPROVAL_REQUIRED:
         # What the parent waits for: its own turn had nothing waiting, or the child had not run.
@@ -544,30 +556,21 @@ async def run_child(
     return result
 
 
-def child_run_id(parent: RunState, part: str, call_id: str | None = None) -> str:
-    """The id of the child run ``parent`` starts for ``part`` (``node3``: a workflow's third
-    step; ``sub2``: a subagent called in the parent's third turn, by the call ``call_id``,
-    which the model named and the id holds only as a digest): the same when the parent is
-    resumed and starts it again, so the child is resumed, not started twice."""
-    if call_id is None:
-        return f"{parent.run_id}-{part}"
-    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return f"{parent.run_id}-{part}-{digest}"
-
-
 @dataclass
 class _ChildRuns:
     """A subagent's run for the parent's call ``call_id``: a child agent loop on the same host
-    (``run_child``), under an id derived from the parent's run, step and call."""
+    (``run_child``), under an id derived from the parent's run, step and call, and the subagent."""
 
     host: Host
     parent: RunState
     call_id: str
     offered: tuple[str, ...] = ()  # the parent's tools: what a subagent that names none gets
     limits: Limits | None = None  # the parent's: the child spends at most what the parent has left
+    name: str = ""  # the subagent's: its child run is bound to it (``child_run_id``)
+    readable: Iterable[str] = ()  # the runs whose large outputs the parent reads
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
+        child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id, self.name)
         if agent.tools is None:  # names none: its parent's, never every tool the host has
             agent = replace(agent, tools=list(self.offered))
         if self.limits is not None:
@@ -575,7 +578,9 @@ class _ChildRuns:
                 raise ToolError("this run's model budget is used up", hint="answer with what you have")
             agent = replace(agent, limits=narrowed)
         # A subagent that names its tools (a deployer's specialist) has those: the policy holds.
-        return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
+        return await run_child(
+            self.host, self.parent, agent, objective, context, run_id=child, shared=self.readable
+        )
 
 
 def _text_only(message: AssistantMessage) -> AssistantMessage:
@@ -583,17 +588,3 @@ def _text_only(message: AssistantMessage) -> AssistantMessage:
     unknown end) as it is kept in the trajectory: its text alone, so a resumed run finds none of
     its calls pending (a checkpoint holding them would run them on ``tether resume``)."""
     return AssistantMessage(content=message.content)
-
-
-def _asked_signatures(message: AssistantMessage) -> list[str]:
-    """The turn's calls as ``call_signature`` reads executed ones, from the model's JSON (a call
-    whose arguments are not a JSON object is refused at intake and counts for nothing here)."""
-    out = []
-    for c in message.tool_calls:
-        try:
-            arguments = json.loads(c.arguments or "{}")
-        except ValueError:
-            continue
-        if isinstance(arguments, dict):
-            out.append(call_signature(c.name, arguments))
-    return out

@@ -11,13 +11,15 @@ next turn, see them. What it did counts toward the parent's bound on identical c
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+from tether.core.messages import AssistantMessage
 from tether.core.stop import Limits, call_signature
 from tether.core.types import CallRecord
 from tether.runs._values import RunResult, RunState
 
-__all__ = ["fold", "made", "within"]
+__all__ = ["asked", "fold", "made", "within"]
 
 
 def _least(*values: float | None) -> float | None:
@@ -79,3 +81,17 @@ def made(calls: list[CallRecord]) -> list[str]:
         for c in calls
         if c.status in ran and isinstance(c.arguments, dict)
     ]
+
+
+def asked(message: AssistantMessage) -> list[str]:
+    """The turn's calls as ``call_signature`` reads executed ones, from the model's JSON (a call
+    whose arguments are not a JSON object is refused at intake and counts for nothing here)."""
+    out = []
+    for c in message.tool_calls:
+        try:
+            arguments = json.loads(c.arguments or "{}")
+        except ValueError:
+            continue
+        if isinstance(arguments, dict):
+            out.append(call_signature(c.name, arguments))
+    return out
