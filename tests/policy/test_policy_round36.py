@@ -220,3 +220,56 @@ async def test_another_subagent_under_the_same_call_id_does_not_continue_a_pause
     )
     assert resumed.stop_reason is StopReason.APPROVAL_REQUIRED and paid == []
     assert resumed.run_id != result.run_id and resumed.pending_proposals == paused.pending_proposals
+
+
+# -- what an earlier release stored: continued, and read, after the upgrade -----------------------
+
+
+async def test_a_child_an_earlier_release_paused_is_continued_by_its_own_subagent_after_the_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before this release a subagent's child run id held only the call id: a run paused inside a
+    # subagent then (an operator's rolling upgrade) must be continued, not started again.
+    from tether.runners import _child_ids
+
+    named = _child_ids.child_run_id
+    monkeypatch.setattr(
+        _child_ids, "child_run_id", lambda parent, part, call_id=None, agent="": named(parent, part, call_id)
+    )
+    host, paid = _refunding(tmp_path)
+    refunder = lambda: Agent("child", ScriptedModel([call("refund", order_id="742"), "done"]))  # noqa: E731
+    turn = AssistantMessage(
+        tool_calls=(ToolCall(id="c1", name="refunder", arguments='{"task": "Refund order 742."}'),)
+    )
+    helpers = [Subagent("refunder", "Refunds orders.", refunder)]
+    parent = Agent("parent", ScriptedModel([turn, "done"]), context=ContextConfig(subagents=helpers))
+    paused = await host.run(parent, "Look after order 742.", context=ACME)
+    assert paused.stop_reason is StopReason.APPROVAL_REQUIRED and paid == []
+    monkeypatch.undo()  # this release
+    assert host.approvals is not None
+    checkpoint = await host.approvals.store.load_checkpoint(paused.run_id)
+    assert checkpoint is not None
+    state = state_from_json(checkpoint.state)
+    earlier = named(state, f"sub{state.steps}", "c1")
+    assert named(state, f"sub{state.steps}", "c1", "refunder") != earlier
+    again = Agent("child", ScriptedModel(["done"]))  # a child started afresh would answer at once
+    resumed = await _ChildRuns(host, state, "c1", ("refund",), name="refunder").run(
+        again, "Refund order 742.", context=ACME
+    )
+    assert resumed.run_id == earlier and resumed.stop_reason is StopReason.APPROVAL_REQUIRED
+    assert resumed.pending_proposals == paused.pending_proposals and paid == []
+    # A child this release stored is found under its own id: the earlier one is not looked for.
+    fresh = await _ChildRuns(host, state, "c2", ("refund",), name="refunder").run(
+        Agent("child", ScriptedModel(["done"])), "Refund order 9.", context=ACME
+    )
+    assert fresh.run_id == named(state, f"sub{state.steps}", "c2", "refunder") and fresh.ok
+
+
+def test_an_output_an_earlier_release_stored_is_read_by_its_own_run_alone(tmp_path: Path) -> None:
+    # An earlier release's owner line names its run and origin, no tenant.
+    root = tmp_path / "outputs"
+    ref = LargeOutputStore(root, run="r1", tenant="acme").put(SECRET, origin="c1")
+    (root / f"{ref}.origins").write_text('\n{"run": "r1", "origin": "c1"}', encoding="utf-8")
+    assert LargeOutputStore(root, run="r1", tenant="acme").read(ref)["relays"] == ["c1"]
+    with pytest.raises(NotFoundError):
+        LargeOutputStore(root, run="r2", tenant="acme").get(ref)

@@ -229,7 +229,8 @@ class LargeOutputStore:
         return found
 
     def _ours(self, entry: dict[str, Any]) -> bool:
-        return entry.get("tenant", "") == self.tenant and entry.get("run") in self.readable
+        # An entry an earlier release wrote names no tenant: its run's is this one's.
+        return entry.get("tenant", self.tenant) == self.tenant and entry.get("run") in self.readable
 
     def origins(self, ref: str) -> list[str]:
         """The call ids of the runs this one reads (its own, its ancestors') whose output ``ref``

@@ -23,7 +23,7 @@ from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelE
 from tether.models._base import ModelResponse, finish_problem
 from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
-from tether.runners._child_ids import child_run_id
+from tether.runners._child_ids import child_run_id, subagent_run_id
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
 from tether.runners._spend import asked, fold, made, within
@@ -570,7 +570,9 @@ class _ChildRuns:
     readable: Iterable[str] = ()  # the runs whose large outputs the parent reads
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id, self.name)
+        child = await subagent_run_id(
+            self.host, self.parent, f"sub{self.parent.steps}", self.call_id, self.name
+        )
         if agent.tools is None:  # names none: its parent's, never every tool the host has
             agent = replace(agent, tools=list(self.offered))
         if self.limits is not None:
