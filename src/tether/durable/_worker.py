@@ -69,10 +69,26 @@ def _beat(
     )
 
 
-def _beat_and_check(conn: Connection, executor_id: str, host: str, pid: int) -> list[str]:
-    """A beat, and the migrations a later release applied since that this one cannot work
-    beside (``later_breaking``: a worker of this release must stop serving the deployment)."""
-    _beat(conn, executor_id, host, pid, False)
+class JournalMissing(ConfigError):
+    """The deployment's journal of applied migrations (``_migrations``) is gone (a partial
+    restore, a table dropped by hand): what a later release applied cannot be read. The worker
+    beats on (it is alive) and says so on each beat until the journal is back."""
+
+    reason = "journal_missing"
+
+
+def _later_applied(conn: Connection) -> list[str]:
+    """The migrations a later release applied that this one cannot work beside
+    (``later_breaking``: a worker of this release must stop serving the deployment). Read in a
+    transaction of its own, after the beat: a journal that cannot be read never stops a beat
+    (a live worker declared dead, its runs recovered under it)."""
+    found = conn.exec_driver_sql("SELECT to_regclass('_migrations') IS NOT NULL").scalar()
+    if not found:
+        raise JournalMissing(
+            "the deployment's journal of migrations (_migrations) is missing (a partial restore?):"
+            " this worker still beats, but cannot tell whether a later release migrated the"
+            " schema; restore the table from the backup the rest of the schema came from"
+        )
     return later_breaking(conn.exec_driver_sql("SELECT name FROM _migrations").scalars())
 
 
@@ -436,7 +452,8 @@ class Worker:
     def _heartbeat(self) -> None:
         if self._pg is None:
             return
-        later = self._pg.run(_beat_and_check, self.executor_id, socket.gethostname(), os.getpid())
+        self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+        later = self._pg.snapshot(_later_applied)
         if later and not self.outdated.is_set():
             # A later release contracted the schema under this running worker: it stops taking
             # runs (what serves it, ``tether worker``, drains it and exits 1), as its start would.
@@ -519,7 +536,8 @@ def due_for_resume(
     check (``check_after``). A pause naming its proposals (the checkpoint's ``pending``) is due
     once none is pending, however early a decision came; an answered question or a parked task
     makes it due too. A pause that waits for neither (an effect a person must resolve) is due when
-    every proposal of the run is decided and one was decided after the pause."""
+    every proposal of the run is decided and one was decided after the pause: on PostgreSQL both
+    instants are the database's clock (``_db_now``), never two machines' that may disagree."""
     if any(str(p.status) == "pending" for p in pauses):
         return False
     tasks = [p for p in pauses if str(p.status) == "task"]

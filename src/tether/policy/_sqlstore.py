@@ -229,6 +229,17 @@ def _db_clock(conn: Connection, now: datetime) -> timedelta:
     return utc(conn.execute(text("SELECT now()")).scalar_one()) - utc(now)
 
 
+def _db_now(conn: Connection, now: datetime) -> datetime:
+    """The instant a pause or a decision is recorded at: on PostgreSQL the database's clock (its
+    time now, not its transaction's start), shared by every machine; on SQLite the caller's (a
+    file has one machine's). A resume compares a decision with the pause it ends
+    (``due_for_resume``): on two machines' clocks a reviewer's running behind held the run
+    paused for good, and one running ahead resumed it on a decision older than the pause."""
+    if conn.dialect.name != "postgresql":
+        return now
+    return utc(conn.execute(text("SELECT clock_timestamp()")).scalar_one())
+
+
 def _gone(
     conn: Connection,
     entry: Held,
@@ -371,20 +382,15 @@ class SqlApprovalStore(SqlStore):
             if current.status not in allowed_from:
                 why = f"proposal {proposal_id} is {current.status}; it cannot become {to}"
                 raise ApprovalError(f"already_{current.status}", why)
-            values = {
-                "b_id": proposal_id,
-                "b_status": str(to),
-                "b_by": actor,
-                "b_at": now,
-                "b_reason": reason,
-            }
+            at = _db_now(conn, now)
+            values = {"b_id": proposal_id, "b_status": str(to), "b_by": actor, "b_at": at, "b_reason": reason}
             if unchanged is not None:
                 values.update(_as_verified(current, unchanged))
             row = conn.execute(_DECIDE if unchanged is None else _DECIDE_UNCHANGED, values).first()
             if row is None:  # only the conditional update can match no row: the row was changed
                 why = f"proposal {proposal_id} changed after it was read; it was not {to}"
                 raise ApprovalError("content_changed", why)
-            _add_event(conn, proposal_id, str(to), actor, reason, now)
+            _add_event(conn, proposal_id, str(to), actor, reason, at)
             return _proposal(row)
 
         return await self.db.write(decide)
@@ -511,7 +517,7 @@ class SqlApprovalStore(SqlStore):
         values = {"run_id": run_id, "app": app, "state": state, "status": status, "stop_reason": stop_reason}
 
         def save(conn: Connection) -> None:
-            conn.execute(_SAVE_CHECKPOINT[conn.dialect.name], {**values, "updated_at": now})
+            conn.execute(_SAVE_CHECKPOINT[conn.dialect.name], {**values, "updated_at": _db_now(conn, now)})
 
         await self.db.write(save)
 

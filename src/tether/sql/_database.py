@@ -34,7 +34,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
-from tether.sql._journal import BREAKING_MARK, KNOWN_BREAKING, refuse_later
+from tether.sql._journal import check_own_marks, refuse_later
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
 from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
@@ -108,8 +108,10 @@ MIGRATIONS["workers"] += (("workers.002_versions", _create("workers")),)
 # Workers' owner token (owner, owner_since): a restarted worker under its dead one's host and pid.
 MIGRATIONS["workers"] += (("workers.003_owner", _create("workers")),)
 
+
 # A marked migration of this release's own is known to it (``_journal``): it refuses only another's.
-assert {n for steps in MIGRATIONS.values() for n, _ in steps if n.endswith(BREAKING_MARK)} <= KNOWN_BREAKING
+# Checked here (not an ``assert``: ``python -O`` drops those) and again by each ``migrate``.
+check_own_marks("tether.sql._database.MIGRATIONS", (n for steps in MIGRATIONS.values() for n, _ in steps))
 
 # One write lock per SQLite file per process, shared by every Database on that file.
 _WRITE_LOCKS: dict[str, threading.Lock] = {}
@@ -296,6 +298,7 @@ class Database:
         if self.dialect == "postgresql":
             self._ensure_schema()
         todo = tuple(MIGRATIONS[concern] if steps is None else steps)
+        check_own_marks(self._key, (n for n, _ in todo))  # before anything is applied
         for attempt in range(1, MIGRATION_TRIES + 1):
             try:
                 migrate = functools.partial(_migrate, self.dialect, concern, todo, self._key)

@@ -24,6 +24,17 @@ BREAKING_MARK = "!"
 KNOWN_BREAKING: frozenset[str] = frozenset()
 
 
+def check_own_marks(key: str, names: Iterable[str]) -> None:
+    """Raise ``ConfigError`` for marked (``BREAKING_MARK``) migrations of this release's own
+    (``names``) that it does not list in ``KNOWN_BREAKING`` (read at each call): applied, its
+    workers and commands would refuse their own store as another release's."""
+    if unlisted := [n for n in names if n.endswith(BREAKING_MARK) and n not in KNOWN_BREAKING]:
+        raise ConfigError(
+            f"{key}: migrations {unlisted} are marked breaking ({BREAKING_MARK!r}) but not listed in"
+            " tether.sql._journal.KNOWN_BREAKING; nothing was applied"
+        )
+
+
 class SchemaTooNew(ConfigError):
     """A store a later release migrated in a way this release cannot read or write (a migration
     it does not know, marked ``BREAKING_MARK``). Nothing was read or written: run the release
