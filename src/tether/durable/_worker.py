@@ -72,7 +72,7 @@ def _beat(
 class JournalMissing(ConfigError):
     """The deployment's journal of applied migrations (``_migrations``) is gone (a partial
     restore, a table dropped by hand): what a later release applied cannot be read. The worker
-    beats on (it is alive) and says so on each beat until the journal is back."""
+    beats on (it is alive) and says so once (``worker_error``), again if it goes after coming back."""
 
     reason = "journal_missing"
 
@@ -235,6 +235,7 @@ class Worker:
         self._pg: Database | None = None
         self._left: str | None = None  # the version this executor ran before, if another
         self.errors: list[str] = []
+        self._journal_gone = False  # said once while the migrations journal cannot be read
         self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
         self._launched = threading.Event()  # recovery and resumes wait for DBOS
         self._draining = False
@@ -453,7 +454,14 @@ class Worker:
         if self._pg is None:
             return
         self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
-        later = self._pg.snapshot(_later_applied)
+        try:
+            later = self._pg.snapshot(_later_applied)
+        except JournalMissing:
+            if self._journal_gone:
+                return  # said when it went (worker_error), not on every beat
+            self._journal_gone = True
+            raise
+        self._journal_gone = False
         if later and not self.outdated.is_set():
             # A later release contracted the schema under this running worker: it stops taking
             # runs (what serves it, ``tether worker``, drains it and exits 1), as its start would.
