@@ -43,6 +43,26 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalSt
     s.close()  # type: ignore[attr-defined]
 
 
+def _db_clock(store: ApprovalStore) -> datetime | None:
+    """The database's clock now, for a store on PostgreSQL (``None`` for the others)."""
+    from sqlalchemy import text
+
+    db = getattr(store, "db", None)
+    if db is None or db.dialect != "postgresql":
+        return None
+    value: datetime = db.snapshot(lambda conn: conn.execute(text("SELECT clock_timestamp()")).scalar_one())
+    return value.astimezone(UTC)
+
+
+def _stamped(store: ApprovalStore, got: datetime | None, given: datetime, before: datetime | None) -> bool:
+    """A decision's and a pause's instant: the caller's ``given`` one; on PostgreSQL (shared by
+    machines whose clocks may disagree) the database's clock when it was written."""
+    if before is None:
+        return got == given
+    after = _db_clock(store)
+    return got is not None and after is not None and before <= got <= after
+
+
 def new(run_id: str | None = None, step: int | None = None, call_id: str | None = None) -> NewProposal:
     return NewProposal(
         "org-alpha", "add_note", '{"note":"n"}', "sha256:x", "write", "model", run_id, step, call_id
@@ -98,14 +118,12 @@ async def test_a_listing_is_chosen_by_tenant_and_cut_to_the_newest_by_the_query(
 async def test_decisions_are_transitions_from_allowed_states_only(store: ApprovalStore) -> None:
     p = await store.add_proposal(new(), now=T0)
     pending = frozenset({ProposalStatus.PENDING})
+    before = _db_clock(store)
     approved = await store.decide(
         p.id, ProposalStatus.APPROVED, allowed_from=pending, actor="r", reason="ok", now=LATER
     )
-    assert (approved.status, approved.decided_by, approved.decided_at) == (
-        ProposalStatus.APPROVED,
-        "r",
-        LATER,
-    )
+    assert (approved.status, approved.decided_by) == (ProposalStatus.APPROVED, "r")
+    assert _stamped(store, approved.decided_at, LATER, before), approved.decided_at
     with pytest.raises(ApprovalError) as info:
         await store.decide(p.id, ProposalStatus.DENIED, allowed_from=pending, actor="r", reason="", now=LATER)
     assert info.value.reason == "already_approved"
@@ -168,16 +186,13 @@ async def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -
     await store.save_checkpoint(
         "run-1", app="m:f", state='{"a": 1}', status="paused", stop_reason="x", now=T0
     )
+    before = _db_clock(store)
     await store.save_checkpoint(
         "run-1", app="m:f", state='{"a": 2}', status="finished", stop_reason="y", now=LATER
     )
     cp = await store.load_checkpoint("run-1")
-    assert cp is not None and (cp.state, cp.status, cp.stop_reason, cp.updated_at) == (
-        '{"a": 2}',
-        "finished",
-        "y",
-        LATER,
-    )
+    assert cp is not None and (cp.state, cp.status, cp.stop_reason) == ('{"a": 2}', "finished", "y")
+    assert _stamped(store, cp.updated_at, LATER, before), cp.updated_at
     assert await store.load_checkpoint("run-2") is None
     assert [c.run_id for c in await store.list_checkpoints()] == ["run-1"]
     await store.save_checkpoint("run-3", app="m:f", state="{}", status="paused", stop_reason="x", now=LATER)

@@ -237,6 +237,7 @@ def _db_now(conn: Connection, now: datetime) -> datetime:
     paused for good, and one running ahead resumed it on a decision older than the pause."""
     if conn.dialect.name != "postgresql":
         return now
+    utc(now)  # a naive instant is refused on every store
     return utc(conn.execute(text("SELECT clock_timestamp()")).scalar_one())
 
 
