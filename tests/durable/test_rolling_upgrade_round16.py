@@ -22,6 +22,12 @@ What did not hold, each fixed here and pinned below:
   nothing applied) and at import without ``assert``. The whole path of a first marked migration
   is played below: the release that ships it works on the store, one that does not know it
   refuses it (its commands and a worker's start), nothing written by the refused.
+- an effect's intent written by a release before incarnation tokens (owner ``host:pid``) whose
+  process died and whose pid another process took stayed busy until that process exited, and no
+  person could resolve it (only escalated or unreconciled entries were). Nothing tells the two
+  processes apart without a wall clock a step fools, so it is still never taken over (the effect
+  could run twice); past its lease it is listed by ``tether runs escalations``, ``tether runs
+  resolve`` accepts it, and the waiting call's ``in_progress`` says so.
 
 What held, pinned below: workers started together on one SQLite deployment take each queued run
 once (the intake and DBOS's queue, under WAL and busy timeouts), and one killed (-9) mid-call loses
@@ -353,3 +359,55 @@ def test_an_approval_given_under_an_older_policy_is_judged_again_by_the_newer_on
         assert op.lines("effects.log") == []  # the note never ran
     finally:
         op.stop()
+
+
+# -- an earlier release's ledger entry under a pid another process took ---------------------------
+
+
+def test_an_earlier_releases_entry_under_a_reused_pid_is_held_and_a_person_may_resolve_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """An effect's intent written by a release before incarnation tokens (owner ``host:pid``);
+    that process died and its pid is another process's now (a live one, no tether). Nothing tells
+    the two apart without a wall clock a step fools: the entry is never taken over (its effect
+    could run twice), but past its lease it is listed for a person, who resolves it; the run's
+    call then replays the person's word. A token-bearing owner that is alive is still not
+    resolvable (its call may be running)."""
+    import socket
+    import subprocess
+
+    from tether.policy import SqliteApprovalStore
+    from tether.policy._ledger import _owner, owner_dead
+
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    assert _cli(capsys, "db", "init", "--db", url)[0] == 0
+    store = SqliteApprovalStore(tmp_path / "deployment" / "approvals.db")
+    other = subprocess.Popen(["sleep", "600"])  # the reused pid: alive, and no tether
+    host = socket.gethostname()
+
+    def claim(key: str, owner: str, at: datetime) -> str:
+        lease = at + timedelta(minutes=1)
+        done = blocking(
+            store.claim, key, tool="note", arguments_hash="h", owner=owner, lease_until=lease, now=at,
+            owner_dead=owner_dead, run_id="r-old",
+        )  # fmt: skip
+        return str(done.action)
+
+    try:
+        then = datetime.now(UTC) - timedelta(minutes=10)
+        assert claim("idem_old", f"{host}:{other.pid}", then) == "run"  # the earlier release's
+        assert claim("idem_tok", f"{host}:{other.pid}:a1b2c3", then) == "run"  # one with a token
+        now = datetime.now(UTC)
+        assert claim("idem_old", _owner(), now) == "busy"  # never taken over
+        code, out = _cli(capsys, "runs", "escalations", "--db", url)
+        assert code == 0 and [e["key"] for e in out["escalations"]] == ["idem_old"], out
+
+        code, out = _cli(capsys, "runs", "resolve", "idem_tok", "--happened", "no", "--db", url)
+        assert (code, out["error"]) == (1, "not_escalated"), out  # alive with its token: its call may run
+        code, out = _cli(capsys, "runs", "resolve", "idem_old", "--happened", "no", "--db", url)
+        assert code == 0 and out["status"] == "done", out
+        assert claim("idem_old", _owner(), now) == "done"  # the call replays the person's word
+    finally:
+        other.kill()
+        other.wait()
+        store.close()

@@ -20,7 +20,16 @@ from typing import Any, Protocol
 
 from tether.policy._intake import canonical_json
 
-__all__ = ["EffectOutcome", "Held", "Reconciler", "idempotency_key", "on_this_host", "owner_dead", "released"]
+__all__ = [
+    "EffectOutcome",
+    "Held",
+    "Reconciler",
+    "idempotency_key",
+    "on_this_host",
+    "owner_dead",
+    "released",
+    "untokened",
+]
 
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:12]
@@ -106,6 +115,15 @@ def on_this_host(owner: str) -> bool:
     """Whether a ledger owner ("host:pid:token") is a process of this machine."""
     host, _, rest = owner.partition(":")
     return host == _HOST and rest.partition(":")[0].isdigit()
+
+
+def untokened(owner: str) -> bool:
+    """Whether an owner was written by a release before incarnation tokens (``host:pid``): on
+    its host a live process under that pid may be it or another one (a reused pid), which
+    nothing tells apart without a wall clock a step fools, so it is held as alive; once its
+    lease ran out a person may say what became of its call (``tether runs resolve``)."""
+    host, _, rest = owner.partition(":")
+    return bool(host) and rest.isdigit()
 
 
 def released(entry: Held) -> bool:

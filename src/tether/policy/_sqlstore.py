@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, delete, select, text, update
 
 from tether.errors import ApprovalError
-from tether.policy._ledger import Held, on_this_host, released
+from tether.policy._ledger import Held, on_this_host, released, untokened
 from tether.policy._store import (
     ApprovalEvent,
     Checkpoint,
@@ -258,6 +258,20 @@ def _gone(
     return said
 
 
+def _waits_for_person(conn: Connection, entry: LedgerEntry, now: datetime) -> bool:
+    """Whether a person may say what became of the entry's call (``finish`` with no owner):
+    escalated; or its call raised and no one reconciles it (its lease ran out); or an earlier
+    release's process (``host:pid``, no token) holds it past its lease: that pid may be another
+    process now (a reused pid, alive for good), which only a person can tell."""
+    if entry.status is LedgerStatus.ESCALATED:
+        return True
+    if not (released(entry) or entry.lease_until <= now + _db_clock(conn, now)):
+        return False
+    return entry.status is LedgerStatus.RECONCILING or (
+        entry.status is LedgerStatus.INTENT and untokened(entry.owner)
+    )
+
+
 def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
     return [_entry(r) for r in conn.execute(select(L).where(*where).order_by(L.c.created_at, L.c.key))]
 
@@ -467,14 +481,7 @@ class SqlApprovalStore(SqlStore):
         def finish(conn: Connection) -> LedgerEntry:
             if owner is None:  # a person resolving an escalated entry
                 entry = _ledger_entry(conn, key, lock=True)
-                # Also one whose call raised and that no one is reconciling (its lease ran out): its
-                # outcome is as unknown as an escalated one's, and a person may say what happened.
-                unowned = (
-                    entry is not None
-                    and entry.status is LedgerStatus.RECONCILING
-                    and (released(entry) or entry.lease_until <= now + _db_clock(conn, now))
-                )
-                if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
+                if entry is None or not _waits_for_person(conn, entry, now):
                     raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
             else:
                 entry = _owned(conn, key, owner)

@@ -334,16 +334,20 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from tether.durable._events import resolve_command
+    from tether.policy._ledger import untokened
     from tether.policy._store import LedgerStatus
     from tether.sql._database import blocking
 
     store = client.stores.approvals
     now = datetime.now(UTC)
-    # Escalated, and those whose call raised that no one is reconciling: both wait for a person.
+    # Escalated, those whose call raised that no one is reconciling, and those an earlier
+    # release's process (host:pid, no token) holds past its lease: all wait for a person.
+    statuses = (LedgerStatus.ESCALATED, LedgerStatus.RECONCILING, LedgerStatus.INTENT)
     waiting = [
         e
-        for e in blocking(store.ledger_in, LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
-        if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
+        for e in blocking(store.ledger_in, *statuses)
+        if e.status is LedgerStatus.ESCALATED
+        or (e.lease_until <= now and (e.status is LedgerStatus.RECONCILING or untokened(e.owner)))
     ]
     rows = [
         {
