@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import ROOT, Operator, _write_version
+from test_rolling_upgrade import ROOT, Operator, _write_version, deployed
 from test_rolling_upgrade_round8 import _logged
 from test_rolling_upgrade_round15 import _cli, _pg, _until
 
@@ -296,11 +296,7 @@ def test_workers_starting_together_on_sqlite_claim_each_queued_run_once_and_a_ki
     import signal
     from collections import Counter
 
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
     gate = tmp_path / "agent" / "gate-A"
     gate.write_text("")
     try:
@@ -335,11 +331,7 @@ def test_an_approval_given_under_an_older_policy_is_judged_again_by_the_newer_on
     old proposal. The resume judges the call by the policy now: the effect never happens."""
     import signal
 
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
-    url = f"sqlite:///{tmp_path / 'deployment'}"
-    op = Operator(url, tmp_path, capsys)
-    op.cli("db", "init", "--db", url)
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
     try:
         op.start("s1")
         run_id = op.submit()
