@@ -199,6 +199,9 @@ def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
+ERRORS_KEPT = 256  # a worker's latest background failures kept in ``Worker.errors`` (all are logged)
+
+
 @dataclass
 class WorkerConfig:
     """``concurrency``: runs at once on this worker; ``global_concurrency``: on all workers;
@@ -448,6 +451,7 @@ class Worker:
         """A background duty failed: kept in ``errors`` and logged with its cause."""
         cause = f"{type(err).__name__}: {err}"
         self.errors.append(f"{duty}{' ' + str(fields['run_id']) if 'run_id' in fields else ''}: {cause}")
+        del self.errors[:-ERRORS_KEPT]  # a duty failing each round for days: the latest kept, bounded
         log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
 
     def _heartbeat(self) -> None:
