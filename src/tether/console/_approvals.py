@@ -542,9 +542,12 @@ async def review_proposal(
     *,
     reason: str,
     content_hash: str | None,
+    read: dict[str, str] | None = None,
 ) -> ReviewedProposal:
-    """Approve, deny or invalidate one proposal, audited either way. Raises ``Hidden``,
-    ``Denied``, ``ApprovalError`` (``content_changed``, ``reason_required`` …)."""
+    """Approve, deny or invalidate one proposal, audited either way. An approval is of the
+    ``content_hash`` read, and of the ``effect`` and ``tenant`` in ``read`` where given (the hash
+    covers the tool and its arguments only). Raises ``Hidden``, ``Denied``, ``ApprovalError``
+    (``content_changed``, ``reason_required`` …)."""
     actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:
@@ -565,7 +568,8 @@ async def review_proposal(
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
         given = reason or ("invalidated" if action == "invalidate" else "")
-        seen = {"content_hash": content_hash} if action == "approve" else {}  # held to it, atomically
+        # Held to what was read, atomically: its hash, and its effect and tenant where named.
+        seen = {"content_hash": content_hash, **(read or {})} if action == "approve" else {}
         done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given, **seen)
     except ApprovalError as err:
         sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
