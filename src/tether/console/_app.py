@@ -291,7 +291,8 @@ class _Static(StaticFiles):
 
     def get_path(self, scope: Scope) -> str:
         path: str = super().get_path(scope)  # the path normalised: ``a/`` and ``./a`` are ``a``
-        sent = scope["path"][len(scope.get("root_path", "")) :].removeprefix("/")
+        full, root = scope["path"], scope.get("root_path", "")  # as Starlette's route path reads
+        sent = (full[len(root) :] if root and full.startswith(root) else full).removeprefix("/")
         if sent != path or path not in self.names:
             raise HTTPException(status_code=404)
         return path
