@@ -240,8 +240,14 @@ class _Facts:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
                 if hidden_chars(text):
                     hidden.append(name)
-        # A tool name or an argument name written with other letters reads as the one it imitates.
-        for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
+        # A tool, argument or tenant name written with other letters reads as the one it imitates
+        # (a tenant an application names from a sign-up: ``tenant-\u0430`` in a reviewer's queue).
+        named = [
+            ("tool", self.p.tool),
+            ("tenant", self.p.tenant),
+            *(("argument", str(k)) for k in self.arguments),
+        ]
+        for what, name in named:
             if not name.isascii():
                 looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
         flags = [{"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"}]
