@@ -527,6 +527,9 @@ def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, lis
     return out
 
 
+REASON_CHARS = 2000  # a decision's reason, as its form's field takes it
+
+
 @dataclass(frozen=True, slots=True)
 class ReviewedProposal:
     id: str  # the proposal's
@@ -571,6 +574,8 @@ async def review_proposal(
                 "content_changed", "the proposal is not the one reviewed (content hash differs)"
             )
         reason = reason.strip()
+        if len(reason) > REASON_CHARS:  # refused whole: a reason cut to its start, unsaid, was kept
+            raise ApprovalError("bad_request", f"a reason holds at most {REASON_CHARS} characters")
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
         given = reason or ("invalidated" if action == "invalidate" else "")

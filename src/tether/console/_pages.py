@@ -22,7 +22,7 @@ from starlette.routing import Route
 from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
-from tether.console._app import Console
+from tether.console._app import MAX_BODY, Console
 from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
@@ -356,7 +356,7 @@ class _Pages:
             me,
             pid,
             request.path_params["action"],
-            reason=form_value(form, "reason", 2000),
+            reason=form_value(form, "reason", MAX_BODY),  # whole: one too long is refused, never cut
             content_hash=form_value(form, "content_hash", 100) or None,
             read={k: form_value(form, k, 300) for k in ("effect", "tenant") if k in form},
         )
