@@ -210,6 +210,10 @@ async def _settle_one(
     mismatch = None if approvals.intact(stored) else "tampered"
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
         mismatch = "content_mismatch"
+    elif stored.effect != str(o.spec.effect):
+        # The hash covers the tool and its arguments: the effect the reviewer read (and approved)
+        # is the stored one; a tool declared anew since (``delete`` for ``write``) is not it.
+        mismatch = "effect_changed"
     elif mismatch is None and stored.status.value == "approved" and stored.decided_by == AUTOMATIC_APPROVAL:
         # The policy let it through for the context that proposed it, as the policy then was; it
         # now asks a person (another user's roles, a tightened rule): no person approved it.

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
-from tether.console._app import Console
+from tether.console._app import MAX_BODY, Console
 from tether.console._resume import resume_run
 from tether.console._runs import RunSummary, RunView, nests_deeper, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
@@ -146,8 +146,9 @@ async def _decide(sources: ConsoleSources, request: Request, p: Principal, body:
         p,
         request.path_params["pid"],
         request.path_params["action"],
-        reason=_text(body, "reason"),
+        reason=_text(body, "reason", MAX_BODY),  # whole: one too long is refused, never cut
         content_hash=_text(body, "content_hash", 100) or None,
+        read={k: _text(body, k, 300) for k in ("effect", "tenant") if k in body},
     )
     return done.to_json()
 

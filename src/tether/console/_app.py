@@ -13,6 +13,7 @@ from urllib.parse import unquote_to_bytes, urlsplit, urlunsplit
 import anyio
 from jinja2 import Environment
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount
@@ -278,6 +279,25 @@ async def _read_body(receive: Receive, limit: int = MAX_BODY) -> bytes | int:
     return 408
 
 
+class _Static(StaticFiles):
+    """The console's own files, each under its one path: ``/static/<name>`` of a file in the
+    folder, nothing else (Starlette's files normalise a path, so ``console.css/`` or
+    ``./console.css`` served the style sheet under another URL, against which its relative
+    references and a cache's key read otherwise)."""
+
+    def __init__(self, *, directory: str) -> None:
+        super().__init__(directory=directory)
+        self.names = frozenset(p.name for p in Path(directory).iterdir() if p.is_file())
+
+    def get_path(self, scope: Scope) -> str:
+        path: str = super().get_path(scope)  # the path normalised: ``a/`` and ``./a`` are ``a``
+        full, root = scope["path"], scope.get("root_path", "")  # as Starlette's route path reads
+        sent = (full[len(root) :] if root and full.startswith(root) else full).removeprefix("/")
+        if sent != path or path not in self.names:
+            raise HTTPException(status_code=404)
+        return path
+
+
 def create_app(
     sources: ConsoleSources,
     *,
@@ -299,7 +319,7 @@ def create_app(
         yield
         sources.close()
 
-    static = StaticFiles(directory=str(Path(__file__).with_name("static")))
+    static = _Static(directory=str(Path(__file__).with_name("static")))
     app = Starlette(
         routes=[*page_routes(console), *api_routes(console), Mount("/static", static, name="static")],
         lifespan=lifespan,

@@ -240,8 +240,14 @@ class _Facts:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
                 if hidden_chars(text):
                     hidden.append(name)
-        # A tool name or an argument name written with other letters reads as the one it imitates.
-        for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
+        # A tool, argument or tenant name written with other letters reads as the one it imitates
+        # (a tenant an application names from a sign-up: ``tenant-\u0430`` in a reviewer's queue).
+        named = [
+            ("tool", self.p.tool),
+            ("tenant", self.p.tenant),
+            *(("argument", str(k)) for k in self.arguments),
+        ]
+        for what, name in named:
             if not name.isascii():
                 looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
         flags = [{"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"}]
@@ -521,6 +527,9 @@ def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, lis
     return out
 
 
+REASON_CHARS = 2000  # a decision's reason, as its form's field takes it
+
+
 @dataclass(frozen=True, slots=True)
 class ReviewedProposal:
     id: str  # the proposal's
@@ -542,9 +551,12 @@ async def review_proposal(
     *,
     reason: str,
     content_hash: str | None,
+    read: dict[str, str] | None = None,
 ) -> ReviewedProposal:
-    """Approve, deny or invalidate one proposal, audited either way. Raises ``Hidden``,
-    ``Denied``, ``ApprovalError`` (``content_changed``, ``reason_required`` …)."""
+    """Approve, deny or invalidate one proposal, audited either way. An approval is of the
+    ``content_hash`` read, and of the ``effect`` and ``tenant`` in ``read`` where given (the hash
+    covers the tool and its arguments only). Raises ``Hidden``, ``Denied``, ``ApprovalError``
+    (``content_changed``, ``reason_required`` …)."""
     actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:
@@ -562,10 +574,13 @@ async def review_proposal(
                 "content_changed", "the proposal is not the one reviewed (content hash differs)"
             )
         reason = reason.strip()
+        if len(reason) > REASON_CHARS:  # refused whole: a reason cut to its start, unsaid, was kept
+            raise ApprovalError("bad_request", f"a reason holds at most {REASON_CHARS} characters")
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
         given = reason or ("invalidated" if action == "invalidate" else "")
-        seen = {"content_hash": content_hash} if action == "approve" else {}  # held to it, atomically
+        # Held to what was read, atomically: its hash, and its effect and tenant where named.
+        seen = {"content_hash": content_hash, **(read or {})} if action == "approve" else {}
         done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given, **seen)
     except ApprovalError as err:
         sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)

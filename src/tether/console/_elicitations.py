@@ -156,9 +156,13 @@ def parse_form(
 
 
 async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
-    """The tenant of a question's run (``ConsoleSources.run_tenant``: its checkpoint's before its
-    trace's), else the MCP config's host tenant (a run that names none)."""
-    if tenant := await sources.run_tenant(run_id):
+    """The tenant of a question's run: its owner as its page and its resume read it
+    (``ConsoleSources.run_owner``), one rule for who sees a run and what it asks. A run the
+    console knows that names no tenant is no tenant's: only a grant of every tenant sees it and
+    its questions alike (its questions went to the host's tenant, whose people could not open its
+    page). Only a run the console holds nothing of is the MCP host's own (its config's tenant)."""
+    known, tenant = await sources.run_owner(run_id)
+    if known:
         return tenant
     return sources.mcp_config.host.tenant if sources.mcp_config is not None else None
 

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
-from tether.console._app import Console
+from tether.console._app import MAX_BODY, Console
 from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
@@ -356,8 +356,9 @@ class _Pages:
             me,
             pid,
             request.path_params["action"],
-            reason=form_value(form, "reason", 2000),
+            reason=form_value(form, "reason", MAX_BODY),  # whole: one too long is refused, never cut
             content_hash=form_value(form, "content_hash", 100) or None,
+            read={k: form_value(form, k, 300) for k in ("effect", "tenant") if k in form},
         )
         return self.done(me, f"/approvals/{done.id}", str(done.status))
 
@@ -376,7 +377,9 @@ class _Pages:
             view = await elicitations_view.get(self.sources, me, eid)
             values: dict[str, str | list[str]] = {}
             for key in {k for k in form if k.startswith("f:")}:
-                given = [v[:4000] for v in form.getlist(key) if isinstance(v, str)]
+                # Whole, as the API takes them (the body is bounded): cut, a value over a limit
+                # was answered as its start, the schema's own ``maxLength`` never seeing the rest.
+                given = [v for v in form.getlist(key) if isinstance(v, str)]
                 values[key[2:]] = given if len(given) != 1 else given[0]
             content, problems = elicitations_view.parse_form(view["schema"], values)
             if problems:

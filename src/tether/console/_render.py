@@ -15,6 +15,7 @@ from markupsafe import Markup, escape
 
 from tether.console._runs import SHOWN_DEPTH, nests_deeper, shallow
 from tether.core._confusables import check_name, find_names
+from tether.core.types import Effect, StopReason
 from tether.mcp._clean import hidden_kind
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "pretty_json",
     "reorders",
     "reveal",
+    "token",
 ]
 
 _TEMPLATES = Path(__file__).with_name("templates")
@@ -144,6 +146,21 @@ def pretty_json(value: Any) -> str:
     return f"[cut: nested deeper than {SHOWN_DEPTH} levels, the deeper parts not shown]\n{text}"
 
 
+# The words a value may add to an element's ``class`` (``token``): a closed set each, so that text
+# a run, a tool or a store writes (a proposal's declared effect, a trace's stop reason) never adds
+# classes of its own through spaces (``effect-write hidden-char``) nor styles with a made-up one.
+CLASS_WORDS: dict[str, frozenset[str]] = {
+    "effect": frozenset(e.value for e in Effect),
+    "stop": frozenset({*(r.value for r in StopReason), "running"}),
+}
+
+
+def token(value: Any, kind: str) -> str:
+    """``value`` as one word of an element's ``class``: itself where it is one of ``kind``'s
+    known words (``CLASS_WORDS``), else ``other``."""
+    return value if isinstance(value, str) and value in CLASS_WORDS[kind] else "other"
+
+
 def _short(value: Any, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -162,5 +179,6 @@ def environment() -> Environment:
         seg=segment,
         pretty=pretty_json,
         short=_short,
+        token=token,
     )
     return env

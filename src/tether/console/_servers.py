@@ -165,6 +165,6 @@ async def pin(
         target=name,
         content_hash=digest,
         outcome="ok",
-        detail=json.dumps({"pinned": pinned, "skipped": skipped}, ensure_ascii=False)[:2000],
+        detail=json.dumps({"pinned": pinned, "skipped": skipped}, ensure_ascii=False),
     )
     return {"server": name, "pinned": pinned, "skipped": skipped, "digest": digest}

@@ -76,16 +76,18 @@ class ConsoleSources:
             return None, None
         return saved, await anyio.to_thread.run_sync(checkpoint_tenant, saved.state)
 
-    async def run_tenant(self, run_id: str) -> str | None:
-        """Whose run ``run_id`` is: its checkpoint's tenant where it has one (the host wrote it from
-        the run's context), else its trace's. A trace file under the id (a run started under a
-        chosen id, a file written into the folder) never outweighs the checkpoint: what the
-        paused run asks (its questions) goes to the checkpoint's tenant only."""
+    async def run_owner(self, run_id: str) -> tuple[bool, str | None]:
+        """Whether the console knows run ``run_id`` (a checkpoint, a trace), and whose it is: its
+        checkpoint's tenant where it has one (the host wrote it from the run's context), else its
+        trace's. A trace file under the id (a run started under a chosen id, a file written into
+        the folder) never outweighs the checkpoint: what the paused run asks (its questions) goes
+        to the checkpoint's tenant only. ``None``: the run names no tenant (or an empty one), and
+        is no tenant's: only a grant of every tenant sees it."""
         saved, tenant = await self.checkpoint(run_id)
         if saved is not None:
-            return tenant
+            return True, tenant or None
         run = await self.summary(run_id)
-        return run.tenant if run is not None else None
+        return run is not None, (run.tenant or None) if run is not None else None
 
     async def trace_of(self, run_id: str, tenant: str) -> bool:
         """Whether ``run_id``'s trace is ``tenant``'s (its start names it): a view of one of

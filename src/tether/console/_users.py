@@ -249,12 +249,12 @@ class AuditEntry:
 
 
 # An audit entry's short fields, in characters (``_kept``): a path names an action and a target.
-AUDIT_FIELD = 256
+AUDIT_FIELD, AUDIT_DETAIL = 256, 2000  # its detail (a reason, a refusal's message): 2000; client: 200
 
 
-def _kept(text: str) -> str:
-    """``text``, or past ``AUDIT_FIELD`` characters its start and its whole length."""
-    return text if len(text) <= AUDIT_FIELD else f"{text[: AUDIT_FIELD - 40]}… [cut: {len(text)} characters]"
+def _kept(text: str, limit: int = AUDIT_FIELD) -> str:
+    """``text``, or past ``limit`` characters its start and its whole length (never cut unsaid)."""
+    return text if len(text) <= limit else f"{text[: limit - 40]}… [cut: {len(text)} characters]"
 
 
 # The address of the request being served (set by ``Guard``): every audit entry records it.
@@ -549,10 +549,9 @@ class UserStore:
         detail: str = "",
         client: str | None = None,
     ) -> None:
-        """Append an entry; ``client`` defaults to the address of the request being served. A
-        refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
-        a minute is counted, and audited only at each power of two (its entry says the count).
-        The kind is the outcome, never the action: a client names the action (in a path), ``_kept``."""
+        """Append an entry (``client``: by default the request's address), each field ``_kept``. A
+        refusal (``refused:…``) past ``REFUSALS_AUDITED`` of its kind (the outcome, never the action
+        a client names) by ``actor`` in a minute is audited only at each power of two, counted."""
         where = CLIENT.get() if client is None else client
         if outcome.startswith("refused:"):
             note = self._refusal_note(actor, outcome)
@@ -560,16 +559,17 @@ class UserStore:
                 return
             detail = f"{note}; {detail}" if note and detail else note or detail
         named = [_kept(text) for text in (actor, action, tenant, target, content_hash, outcome)]
+        named += [_kept(detail, AUDIT_DETAIL), _kept(where, 200)]  # each cut with its length said
         self._write(
             "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (_now().isoformat(timespec="microseconds"), *named, detail[:2000], where[:200]),
+            (_now().isoformat(timespec="microseconds"), *named),
         )
 
     def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
         """Audit an action refused by ``err``: its reason (else its type) and its message."""
         reason = getattr(err, "reason", "") or type(err).__name__
-        self.audit(actor, action, outcome=f"refused:{reason}", detail=str(err)[:500], **fields)
+        self.audit(actor, action, outcome=f"refused:{reason}", detail=_kept(str(err), 500), **fields)
 
     def _refusal_note(self, actor: str, outcome: str) -> str | None:
         """What to add to a refusal's entry ("" for the first few), or ``None``: only counted."""

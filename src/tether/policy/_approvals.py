@@ -68,6 +68,7 @@ class _AllTenants(enum.Enum):
 
 
 ALL_TENANTS: Final = _AllTenants.ALL_TENANTS
+_Seen = Mapping[str, str | None] | None  # what a reviewer read of a proposal (``approve``)
 # How often an outcome is offered to a store that lost its connection (about 3 s in all).
 _RECORD_TRIES: Final = 6
 """A reviewer's scope that covers every tenant: must be given explicitly, never implied."""
@@ -248,27 +249,34 @@ class Approvals:
         )
 
     async def approve(
-        self, reviewer: Reviewer, proposal_id: str, *, reason: str = "", content_hash: str | None = None
+        self,
+        reviewer: Reviewer,
+        proposal_id: str,
+        *,
+        reason: str = "",
+        content_hash: str | None = None,
+        effect: str | None = None,
+        tenant: str | None = None,
     ) -> StoredProposal:
-        """Approve exactly this stored proposal (the one of ``content_hash``, the hash the reviewer
-        read, if given), as verified: the store's update is conditional on the row being unchanged
-        since. Raises ``ApprovalError`` (``reviewer_not_allowed``, ``already_<status>``,
-        ``unknown_proposal``, ``tampered``, ``content_changed``)."""
-        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason, content_hash)
+        """Approve exactly this stored proposal (of the ``content_hash``, ``effect`` and ``tenant``
+        the reviewer read, each if given), as verified: the store's update is conditional on the
+        row being unchanged since. Raises ``ApprovalError`` (``content_changed`` …)."""
+        seen = {"content_hash": content_hash, "effect": effect, "tenant": tenant}
+        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason, seen)
 
     async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
         return await self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
 
     async def _decide(
-        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str, seen: str | None = None
+        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str, seen: _Seen = None
     ) -> StoredProposal:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
         approve = to is ProposalStatus.APPROVED
         p = await (self.get(proposal_id) if approve else self.stored(proposal_id))
-        if seen is not None and seen != p.content_hash:
-            raise ApprovalError("content_changed", f"proposal {p.id} is not the one reviewed")
+        if changed := [k for k, v in (seen or {}).items() if v is not None and v != getattr(p, k)]:
+            raise ApprovalError("content_changed", f"proposal {p.id} is not the one reviewed ({changed})")
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return await self.store.decide(

@@ -82,7 +82,7 @@ _DECIDE = (
     .returning(*P.c)
 )
 # Decided only if the row is still, inside this transaction, the one the caller verified: the
-# same status, tenant, tool, arguments and content hash (``unchanged``), never one rewritten
+# same status, tenant, tool, arguments, content hash and effect (``unchanged``), never one rewritten
 # between the caller's read and this update.
 _DECIDE_UNCHANGED = _DECIDE.where(
     P.c.status == bindparam("b_from"),
@@ -90,6 +90,7 @@ _DECIDE_UNCHANGED = _DECIDE.where(
     P.c.tool == bindparam("b_tool"),
     P.c.arguments == bindparam("b_arguments"),
     P.c.content_hash == bindparam("b_hash"),
+    P.c.effect == bindparam("b_effect"),
 )
 _GET_L = select(L).where(L.c.key == bindparam("b_key"))
 _GET_L_LOCKED = _GET_L.with_for_update()
@@ -133,6 +134,7 @@ def _as_verified(current: StoredProposal, unchanged: StoredProposal) -> dict[str
         "b_tool": unchanged.tool,
         "b_arguments": unchanged.arguments,
         "b_hash": unchanged.content_hash,
+        "b_effect": unchanged.effect,
     }
 
 
