@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,13 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "backends.py"
+
+
+def timed(value: object) -> bool:
+    """A figure of wall time less the server's handler time (or a ratio of two): a finite number.
+    Its sign says nothing in a smoke run on a loaded machine, where the server, descheduled after
+    it answered, counts time the client had already gone on with."""
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 @pytest.mark.slow
@@ -20,14 +28,14 @@ def test_backends_bench_runs_and_prints_a_row_per_backend_last() -> None:
     assert figures["smoke"] is True and figures["targets"] == {"ratio_to_raw_httpx2": 1.3}
     assert set(figures["backends"]) == {"openai-chat", "openai-responses", "anthropic"}
     for row in figures["backends"].values():
-        assert row["tether_us_per_step"] > 0 and row["raw_httpx2_us_per_step"] > 0
-        assert row["ratio_to_raw_httpx2"] > 0 and row["import_s"] >= 0
+        assert timed(row["tether_us_per_step"]) and timed(row["raw_httpx2_us_per_step"])
+        assert timed(row["ratio_to_raw_httpx2"]) and row["import_s"] >= 0
         # the backend alone, no host: what the backend costs apart from the host's governance
-        assert row["backend_us_per_step"] > 0 and row["backend_cpu_ratio_to_raw_httpx2"] > 0
-        assert row["tether_sdk_us_per_step"] > 0 and row["import_with_sdk_s"] >= 0  # the SDK transport
+        assert timed(row["backend_us_per_step"]) and row["backend_cpu_ratio_to_raw_httpx2"] > 0
+        assert timed(row["tether_sdk_us_per_step"]) and row["import_with_sdk_s"] >= 0  # the SDK transport
         # the raw SDK loop: what the SDK costs, and what tether adds on it, apart
-        assert row["raw_sdk_us_per_step"] > 0 and row["sdk_ratio_to_raw_sdk"] > 0
-        assert row["raw_sdk_ratio_to_raw_httpx2"] > 0 and row["cpu_sdk_ratio_to_raw_sdk"] > 0
+        assert timed(row["raw_sdk_us_per_step"]) and timed(row["sdk_ratio_to_raw_sdk"])
+        assert timed(row["raw_sdk_ratio_to_raw_httpx2"]) and row["cpu_sdk_ratio_to_raw_sdk"] > 0
 
 
 def test_encode_bench_runs_and_prints_its_figures_last() -> None:
