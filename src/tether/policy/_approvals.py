@@ -29,7 +29,7 @@ import anyio
 from tether.core._names import name_set
 from tether.errors import ApprovalError
 from tether.policy._intake import Proposal, content_hash
-from tether.policy._ledger import EffectOutcome, Reconciler, _owner, idempotency_key, owner_dead, untokened
+from tether.policy._ledger import EffectOutcome, Reconciler, _owner, busy, idempotency_key, owner_dead
 from tether.policy._record import policy_record
 from tether.policy._store import (
     ApprovalEvent,
@@ -375,7 +375,7 @@ class Approvals:
                 )
             if claim.action == "busy":
                 if anyio.current_time() >= deadline:
-                    raise ApprovalError("in_progress", _busy(tool, key, claim.entry, self.clock()))
+                    raise ApprovalError("in_progress", busy(tool, key, claim.entry, self.clock()))
                 await anyio.sleep(delay)  # another live process owns it: wait for its outcome
                 delay = min(delay * 2, 0.2)
                 continue
@@ -535,13 +535,6 @@ class Approvals:
             await self.store.add_event(
                 proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock()
             )
-
-
-def _busy(tool: str, key: str, entry: LedgerEntry, now: datetime) -> str:
-    said = f"{tool} {key} is being executed by {entry.owner}"
-    if untokened(entry.owner) and entry.lease_until <= now:  # its pid may be another process now
-        said += f" (an earlier release's, past its lease: if its pid is another process now, resolve {key})"
-    return said
 
 
 def _not_async(store: object) -> list[str]:

@@ -16,14 +16,18 @@ import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.policy._intake import canonical_json
+
+if TYPE_CHECKING:
+    from tether.policy._store import LedgerEntry
 
 __all__ = [
     "EffectOutcome",
     "Held",
     "Reconciler",
+    "busy",
     "idempotency_key",
     "on_this_host",
     "owner_dead",
@@ -124,6 +128,14 @@ def untokened(owner: str) -> bool:
     lease ran out a person may say what became of its call (``tether runs resolve``)."""
     host, _, rest = owner.partition(":")
     return bool(host) and rest.isdigit()
+
+
+def busy(tool: str, key: str, entry: LedgerEntry, now: datetime) -> str:
+    """What a call waiting on ``entry``'s owner is told when it gives up (``in_progress``)."""
+    said = f"{tool} {key} is being executed by {entry.owner}"
+    if untokened(entry.owner) and entry.lease_until <= now:  # its pid may be another process now
+        said += f" (an earlier release's, past its lease: if its pid is another process now, resolve {key})"
+    return said
 
 
 def released(entry: Held) -> bool:
