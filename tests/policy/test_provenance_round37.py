@@ -24,10 +24,15 @@ leads ``docs/limits.md`` states as open, tried beside their legitimate counterpa
    injected account written there goes to a reviewer, and one written with words between its
    groups (1) is kept but not paid as the calendar's. The listing's account kept in an event is
    still paid unreviewed.
+4. **a subagent's answer**: a child that read the reviews and states the injected account with
+   words between its groups gives its parent text of the reviews' class (``relays_trust``): the
+   parent's payment of it goes to a reviewer (held before this round too); the listing's
+   account a child states is still paid (``test_provenance_subagent``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -37,6 +42,10 @@ from test_provenance_laundering_round30 import LISTED, OWN, Domestic
 from test_provenance_laundering_round31 import READ, REVIEW_REQUEST
 from test_provenance_laundering_round33 import _keep_then_pay
 from test_provenance_round3 import Travel, host_for, problems, scripted
+from test_provenance_subagent import REVIEWS
+from test_provenance_subagent import Travel as Researched
+from test_provenance_subagent import problems as denied_for
+from test_provenance_subagent import run as ask_researcher
 
 from tether import Agent, Effect, Host, TrustedContext, tool
 from tether.core.messages import AssistantMessage, ToolCall
@@ -278,3 +287,16 @@ async def test_an_account_in_an_event_the_run_created_is_not_paid_as_the_calenda
     own = Calendar(ATTACKERS)
     assert await _event_then_pay(own, field, LISTED) == ([], [])
     assert own.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
+
+
+# -- 4. a subagent's answer ---------------------------------------------------------------------------
+
+
+async def test_a_worded_account_a_subagent_states_from_the_reviews_is_a_reviewers(tmp_path: Path) -> None:
+    world = Researched()
+    pay = call("pay_deposit", recipient=WORDED[0], amount=200.0)
+    result, answer = await ask_researcher(
+        world, REVIEWS, f"The deposit account is {WORDED[0]}.", pay, tmp_path
+    )
+    assert answer.data["relays_trust"] == "third_party"
+    assert "untrusted_origin" in denied_for(result) and world.received == []
