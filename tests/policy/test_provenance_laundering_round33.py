@@ -174,7 +174,7 @@ def test_a_result_vouches_for_a_number_only_where_it_names_it_as_a_party(
         ("1234567", ""),  # a short number names no party
         ("bob@partner.example", ""),  # an address is judged as one (``find_handles``)
         ("www.grand-hotel.example/rooms", ""),
-        ("000 and 123 and 456 and 789", ""),  # words between: see docs/limits.md
+        ("000 and 123 and 456 and 789", "000123456789"),  # words between (round 37)
     ],
 )
 def test_what_names_a_party_by_its_letters_and_digits(value: str, key: str) -> None:

@@ -497,14 +497,24 @@ def shared_origins(found: list[list[Origin]]) -> list[Origin]:
 _PARTY_DIGITS = 8  # as ``find_numbers``: a number that may name a party
 
 
+# Groups of digits with at most one short word between each two (``000 and 123, 456``): a number.
+_WORDED = re.compile(r"\d+(?:(?:[^\w]+|[^\w]*[^\W\d_]{1,5}[^\w]+)\d+)+")  # one reading
+
+
 def party_key(value: str) -> str:
     """The letters and digits of ``value`` (digits of any script as ASCII, case folded) when they
     make a party a write's content is judged for: a number of eight digits or more
     (``find_numbers``), or an account (``find_handles``: an IBAN); else empty. ``000, 123, 456,
-    789`` and ``US13;3000;0001;…`` are keys; an address, a link, a name are not."""
+    789`` and ``US13;3000;0001;…`` are keys; an address, a link, a name are not. Groups of
+    digits with one short word between each two (``000 and 123 and 456 and 789``) are the
+    number their digits make: a payee's tool that keeps the digits pays it."""
     key = alnum_key(value)
     if key.isdigit():
         return key if len(key) >= _PARTY_DIGITS else ""
+    folded = ascii_digits(unfold(value)).strip()
+    if _WORDED.fullmatch(folded):
+        digits = "".join(c for c in folded if c.isdigit())
+        return digits if len(digits) >= _PARTY_DIGITS else ""
     return key if find_handles(key) == [key] else ""
 
 
