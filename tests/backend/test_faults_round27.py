@@ -17,13 +17,17 @@ Fixed here:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, run_case
+from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, Make, case_params, run_case, write_agent
 
-from tether_testing.fake_server import Reply
+from tether.cli import main
+from tether_testing.fake_server import Reply, scripted
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
@@ -93,3 +97,91 @@ def test_a_name_no_longer_than_an_offered_one_is_kept_and_one_past_all_is_stable
         assert kept == again and kept.meta["call_names_shortened"] == [[second, 401]]
     plain = ModelResponse(AssistantMessage("", (ToolCall("c1", "read_order", "{}"),)))
     assert shown_call_names(ModelRequest((UserMessage("hi"),)), plain) is plain
+
+
+# -- a fallback after a stream cut mid-text: both models' tokens counted ---------------------------
+
+LONG_TEXT = "The order is waiting on a part from the supplier, " * 8  # 400 characters
+
+
+def run_chain(tmp_path: Path, first: str, second: str, a: list[Reply], b: list[Reply], **each: Any) -> Any:
+    """``tether run`` with ``first`` falling back to ``second``: exit code, summary, the trace's
+    events, the second server's request bodies."""
+    with SERVERS[first](scripted(a)) as one, SERVERS[second](scripted(b)) as two:
+        each = {"max_retries": 0, "timeout_s": 5, **each}
+        model = {"provider": first, "name": "m-a", "base_url": one.url, **each,
+                 "fallback": [{"provider": second, "name": "m-b", "base_url": two.url, **each}]}  # fmt: skip
+        path = write_agent(tmp_path, model)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+        bodies = two.bodies()
+    [trace] = (tmp_path / "traces").glob("*.jsonl")
+    events = [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+    return code, json.loads(out.getvalue().strip().split("\n")[-1]), events, bodies
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize("cut", ["before_finish", "mid_chunk"])
+@pytest.mark.parametrize("first", sorted(SERVERS))
+def test_a_stream_cut_mid_text_counts_the_text_it_streamed_before_the_fallback(
+    tmp_path: Path, first: str, cut: str, transport: str
+) -> None:
+    """A stream cut after 400 characters of text, the chain moving on: what the first model
+    wrote counts against the budgets with the fallback's answer (about 100 output tokens),
+    estimated. An Anthropic stream reports its usage first (``message_start``, the output count
+    due in ``message_delta``): that count (1, or 0) was taken as the whole, the text it streamed
+    after it uncounted."""
+    cut_reply = Reply.text(LONG_TEXT, cut=cut, chunks=8)
+    code, out, events, _ = run_chain(
+        tmp_path, first, "openai-chat", [cut_reply], [Reply.text(ANSWER)], streaming=True, transport=transport
+    )
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    [response] = [e for e in events if e["kind"] == "model_response"]
+    billed = response["fallback_billed"]
+    assert billed["prompt_tokens"] > 0 and billed["completion_tokens"] >= 40, billed  # of ~100 written
+    assert response["completion_tokens"] >= billed["completion_tokens"] + 10, response  # both counted
+    assert out["tokens"] == response["prompt_tokens"] + response["completion_tokens"], out
+
+
+# -- a fallback to another protocol after a turn of calls: the history in its own shape ------------
+
+PAIRS = [(a, b) for a in sorted(SERVERS) for b in sorted(SERVERS) if a != b]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize(("first", "second"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def test_a_fallback_to_another_protocol_sends_the_calls_in_its_own_shape(
+    tmp_path: Path, first: str, second: str, stream: bool
+) -> None:
+    """The first model reasons, says a preamble and calls a tool, then fails (500); the fallback,
+    of another protocol, gets the call and its result paired under the call's id in its own
+    shape (``tool_use``/``tool_result``, ``function_call``/``function_call_output``,
+    ``tool_calls``/``tool``), and no reasoning item or thinking block of the first's (each
+    provider refuses another's)."""
+    said = Reply(content="Let me look.", reasoning="I should read the order.", tool_calls=(ORDER,))
+    code, out, _, bodies = run_chain(
+        tmp_path, first, second, [said, Reply.error(500, "boom")], [Reply.text(ANSWER)], streaming=stream
+    )
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 1), out
+    sent = json.dumps(bodies[0])
+    assert "I should read the order" not in sent and '"thinking"' not in sent and '"reasoning"' not in sent
+    [call] = out["calls"]
+    history = bodies[0].get("messages") or bodies[0]["input"]
+    shapes = {
+        "anthropic": [("tool_use", "id"), ("tool_result", "tool_use_id")],
+        "openai-responses": [("function_call", "call_id"), ("function_call_output", "call_id")],
+    }
+    if second in shapes:
+        blocks = [
+            b
+            for m in history
+            for b in ([m] if "type" in m else m.get("content") or [])
+            if isinstance(b, dict)
+        ]
+        for kind, key in shapes[second]:
+            assert [b[key] for b in blocks if b.get("type") == kind] == [call["call_id"]], history
+    else:
+        [assistant] = [m for m in history if m.get("tool_calls")]
+        assert [c["id"] for c in assistant["tool_calls"]] == [call["call_id"]], history
+        assert [m["tool_call_id"] for m in history if m["role"] == "tool"] == [call["call_id"]], history
