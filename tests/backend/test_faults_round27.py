@@ -104,13 +104,22 @@ def test_a_name_no_longer_than_an_offered_one_is_kept_and_one_past_all_is_stable
 LONG_TEXT = "The order is waiting on a part from the supplier, " * 8  # 400 characters
 
 
-def run_chain(tmp_path: Path, first: str, second: str, a: list[Reply], b: list[Reply], **each: Any) -> Any:
-    """``tether run`` with ``first`` falling back to ``second``: exit code, summary, the trace's
-    events, the second server's request bodies."""
+def run_chain(
+    tmp_path: Path,
+    first: str,
+    second: str,
+    a: list[Reply],
+    b: list[Reply],
+    deadline_s: float = 30,
+    **each: Any,
+) -> Any:
+    """``tether run`` with ``first`` falling back to ``second`` (``each`` set on both): exit
+    code, summary, the trace's events, the second server's request bodies."""
     with SERVERS[first](scripted(a)) as one, SERVERS[second](scripted(b)) as two:
         each = {"max_retries": 0, "timeout_s": 5, **each}
-        model = {"provider": first, "name": "m-a", "base_url": one.url, **each,
-                 "fallback": [{"provider": second, "name": "m-b", "base_url": two.url, **each}]}  # fmt: skip
+        backup = {"provider": second, "name": "m-b", "base_url": two.url, **each}
+        model = {"provider": first, "name": "m-a", "base_url": one.url, **each, "fallback": [backup]}
+        model["limits"] = {"deadline_s": deadline_s}
         path = write_agent(tmp_path, model)
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
@@ -185,3 +194,22 @@ def test_a_fallback_to_another_protocol_sends_the_calls_in_its_own_shape(
         [assistant] = [m for m in history if m.get("tool_calls")]
         assert [c["id"] for c in assistant["tool_calls"]] == [call["call_id"]], history
         assert [m["tool_call_id"] for m in history if m["role"] == "tool"] == [call["call_id"]], history
+
+
+@pytest.mark.parametrize("wait", ["20", "3600"])
+@pytest.mark.parametrize("first", sorted(SERVERS))
+def test_a_retry_after_past_the_deadline_moves_the_chain_on_at_once(
+    tmp_path: Path, first: str, wait: str
+) -> None:
+    """A 429 whose ``retry-after`` would pass the run's deadline (10 s) ends the first model's
+    call at once, unslept, and the chain moves to its fallback, which answers."""
+    busy = Reply.error(429, "slow down", headers={"retry-after": wait})
+    code, out, events, bodies = run_chain(
+        tmp_path, first, "openai-chat", [busy] * 3, [Reply.calls(ORDER), Reply.text(ANSWER)],
+        streaming=True, transport="http", max_retries=2, deadline_s=10,
+    )  # fmt: skip
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
+    [moved] = next(e for e in events if e["kind"] == "model_response")["fallback_from"]
+    why = "would pass the deadline" if wait == "20" else "Retry-After too long"  # past max_retry_after_s
+    assert moved["model"] == "m-a" and "rate_limited" in moved["error"] and why in moved["error"], moved
+    assert "retries" not in moved, moved  # never slept on
