@@ -12,7 +12,18 @@ Fixed here:
   and the history sent back on every later turn (25,000 tokens more each turn, paid for). A
   name longer than every offered name (and than ``_base.MAX_ANSWERED_NAME``) is now kept as
   its start, its length and a digest (``_base.shown_call_names``): still no offered tool's, so
-  refused and never run, the model's answer after it standing, the run flagged (exit 2).
+  refused and never run, the model's answer after it standing, the run flagged (exit 2);
+- a stream cut after text when its usage came first (Anthropic's ``message_start``: the input
+  count and an output count of 1, the whole due in ``message_delta``): the failed attempt was
+  billed that first output count, the text streamed after it uncounted (400 characters, about
+  100 output tokens, against the budgets as 0), before a retry or a fallback. It now counts no
+  fewer output tokens than the text streamed, estimated (``_retrying._Tally.billed``), as a
+  chat or Responses stream cut before its usage already did.
+
+Probed, all already honest; pinned here so they stay so: a fallback to another protocol after
+a turn of calls (every pair, streamed and whole) sends the call and its result paired under the
+call's id in the fallback's own shape, the first's reasoning or thinking left out; a 429 whose
+``retry-after`` passes the run's deadline (or ``max_retry_after_s``) moves the chain on at once.
 """
 
 from __future__ import annotations
