@@ -35,7 +35,14 @@ import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError
-from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined, unique_call_ids
+from tether.models._base import (
+    ModelRequest,
+    ModelResponse,
+    finish_of,
+    rejoined,
+    shown_call_names,
+    unique_call_ids,
+)
 from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
@@ -413,12 +420,14 @@ class HTTPBackend(RetryingBackend):
         is opened first, outside it (the first call imports the SDK, seconds on a busy host).
         Token counts the server left out are estimated (``_estimate.unreported``; the
         response's ``meta["usage_estimated"]`` names them), so budgets still count the turn; a
-        call whose id an earlier call has gets a new one (``_base.unique_call_ids``)."""
+        call whose id an earlier call has gets a new one (``_base.unique_call_ids``); a name
+        longer than any offered is kept bounded (``_base.shown_call_names``)."""
         body = self.encode(request)
         self._client.get()
 
         def settle(response: ModelResponse) -> ModelResponse:
             response = unique_call_ids(request.messages, response)  # an id an earlier call has
+            response = shown_call_names(request, response)  # a name no offered tool's, of 50 KB
             response, estimated = unreported(request, response)
             if estimated and (price := self.price_of(response.model)) is not None:
                 # counts the server left out, estimated: priced too (looked up only then: an

@@ -25,6 +25,7 @@ __all__ = [
     "paired",
     "repeated_prefix",
     "short_call_id",
+    "shown_call_names",
     "unique_call_ids",
     "whole_json",
     "whole_text",
@@ -290,6 +291,48 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
         fresh.append(call)
     message = replace(response.message, tool_calls=tuple(fresh))
     return replace(response, message=message, meta={**response.meta, "call_ids_renamed": renamed})
+
+
+# The longest tool name an answer keeps as it came when no offered tool's name is longer: four
+# times what every provider takes in a definition (``core._names.MAX_TOOL_NAME``, 64).
+MAX_ANSWERED_NAME = 256
+
+
+def _offered_names(tools: tuple[dict[str, Any], ...]) -> list[str]:
+    """The names of the request's tool definitions, in any protocol's shape (``name`` at the top
+    (Anthropic, Responses) or under ``function`` (chat))."""
+    names: list[str] = []
+    for tool in tools:
+        inner = tool.get("function")
+        if isinstance(name := (inner if isinstance(inner, dict) else tool).get("name"), str):
+            names.append(name)
+    return names
+
+
+def shown_call_names(request: ModelRequest, response: ModelResponse) -> ModelResponse:
+    """The response with each tool call whose name is longer than every name offered (and
+    than ``MAX_ANSWERED_NAME``) named by its start, its length and a digest of the whole
+    (``read_orderread_or…[50000 characters, sha256 1a2b…]``): no offered tool has that name,
+    so the call is still an unknown tool's, refused and never run, but what the run keeps of
+    it (the call's reason, the trace, the summary, the console, the history sent on every later
+    turn) is bounded, not the model's 50 KB. The same name always gives the same one.
+    ``meta["call_names_shortened"]`` lists each ``[shown, length]``. The same response when no
+    name is that long (the usual case)."""
+    calls = response.message.tool_calls
+    limit = max([MAX_ANSWERED_NAME, *map(len, _offered_names(request.tools))])
+    if all(len(c.name) <= limit for c in calls):
+        return response
+    shortened: list[list[Any]] = []
+    fresh: list[ToolCall] = []
+    for call in calls:
+        if len(call.name) > limit:
+            digest = hashlib.sha256(call.name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+            shown = f"{call.name[:64]}…[{len(call.name)} characters, sha256 {digest}]"
+            shortened.append([shown, len(call.name)])
+            call = replace(call, name=shown)
+        fresh.append(call)
+    message = replace(response.message, tool_calls=tuple(fresh))
+    return replace(response, message=message, meta={**response.meta, "call_names_shortened": shortened})
 
 
 def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:

@@ -63,13 +63,21 @@ class _Tally:
         """What the attempt was billed: the usage its server reported; when it reported none but
         streamed answer (a stream cut before its usage chunk: the server read the request and
         wrote that much, and bills it), both counts estimated as a whole answer without usage is
-        (``tether.models._estimate``: about four characters a token); else None."""
-        if self.usage is not None or not self.said:
+        (``tether.models._estimate``: about four characters a token); else None. A usage reported
+        before the answer it counts (Anthropic's ``message_start``: ``output_tokens`` 1, the
+        final count due in ``message_delta``), the stream then cut, counts no fewer output tokens
+        than the answer it streamed (estimated): the server wrote them, and bills them."""
+        if not self.said:
             return self.usage
+        said = max(1, (self.said + 3) // 4)
+        if self.usage is not None:
+            if self.usage.completion_tokens >= said:
+                return self.usage
+            return replace(self.usage, completion_tokens=said, extra={**self.usage.extra, "estimated": True})
         from tether.models._estimate import chars_estimator
 
         prompt = chars_estimator(self.body.decode("utf-8", "replace"))
-        return Usage(prompt, max(1, (self.said + 3) // 4), extra={"estimated": True})
+        return Usage(prompt, said, extra={"estimated": True})
 
 
 _ATTEMPT: ContextVar[_Tally | None] = ContextVar("tether_model_attempt", default=None)
