@@ -148,7 +148,7 @@ async def _decide(sources: ConsoleSources, request: Request, p: Principal, body:
         request.path_params["action"],
         reason=_text(body, "reason", MAX_BODY),  # whole: one too long is refused, never cut
         content_hash=_text(body, "content_hash", 100) or None,
-        read={k: _text(body, k, 300) for k in ("effect", "tenant") if k in body},
+        read={k: _text(body, k, MAX_BODY) for k in ("effect", "tenant") if k in body},  # whole
     )
     return done.to_json()
 

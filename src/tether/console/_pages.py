@@ -358,7 +358,7 @@ class _Pages:
             request.path_params["action"],
             reason=form_value(form, "reason", MAX_BODY),  # whole: one too long is refused, never cut
             content_hash=form_value(form, "content_hash", 100) or None,
-            read={k: form_value(form, k, 300) for k in ("effect", "tenant") if k in form},
+            read={k: form_value(form, k, MAX_BODY) for k in ("effect", "tenant") if k in form},  # whole
         )
         return self.done(me, f"/approvals/{done.id}", str(done.status))
 

@@ -12,8 +12,6 @@ The audit log is append-only (triggers refuse updates and deletes).
 
 from __future__ import annotations
 
-import base64
-import functools
 import hashlib
 import hmac
 import math
@@ -31,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from tether.console._hashing import _SCRYPT_N, _dummy_hash, hash_secret, verify_secret
+from tether.core._confusables import skeleton
 from tether.errors import ApprovalError, TetherError
 from tether.policy._approvals import Reviewer
 from tether.sql._database import Database
@@ -75,7 +75,6 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # the whole name (fullmatch: n
 # that look alike (TR39's ASCII confusables). No two accounts share a likeness (``name_likeness``).
 _LIKE_CHARS = str.maketrans({"0": "o", "1": "l", "i": "l", "|": "l", ".": None, "_": None, "-": None})
 _LIKE_PAIRS = (("rn", "m"), ("vv", "w"), ("cl", "d"))
-_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
 
 class AuthError(TetherError):
@@ -95,42 +94,6 @@ class Hidden(ApprovalError):
 
 class Denied(ApprovalError):
     """Visible, but the principal's role for that tenant does not allow the action."""
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _scrypt(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return hashlib.scrypt(secret.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=32, maxmem=2**26)
-
-
-def hash_secret(secret: str, *, n: int = _SCRYPT_N) -> str:
-    """``scrypt$N$r$p$salt$hash`` of a password or token (``n``: the CPU/memory cost, a power of 2)."""
-    salt = secrets.token_bytes(16)
-    dk = _scrypt(secret, salt, n, _SCRYPT_R, _SCRYPT_P)
-    return f"scrypt${n}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
-
-
-def verify_secret(secret: str, stored: str) -> bool:
-    try:
-        scheme, n, r, p, salt, expected = stored.split("$")
-        if scheme != "scrypt":
-            return False
-        dk = _scrypt(secret, _unb64(salt), int(n), int(r), int(p))
-    except (ValueError, TypeError):
-        return False
-    return hmac.compare_digest(dk, _unb64(expected))
-
-
-@functools.cache
-def _dummy_hash(n: int) -> str:
-    """Verified against for an unknown user: a wrong name costs what a wrong password does."""
-    return hash_secret(secrets.token_hex(16), n=n)
 
 
 def _digest(text: str) -> str:
@@ -183,6 +146,21 @@ def _check_grant(tenant: str, role: str) -> None:
     check_tenant(tenant)
     if role not in ROLES:
         raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+
+
+def _tenant_unlike(conn: sqlite3.Connection, tenant: str) -> None:
+    """Refuse ``tenant`` where it reads as another tenant already granted, one of them not plain
+    ASCII (``tenant-\u0430`` for ``tenant-a``): as a user name reading as another's is refused
+    (``name_collides``), a grant of a look-alike read as the real one is refused, never silent."""
+    reads = skeleton(unicodedata.normalize("NFKC", tenant))  # fullwidth letters read as ASCII too
+    for (other,) in conn.execute("SELECT DISTINCT tenant FROM grants WHERE tenant != ?", (tenant,)):
+        if not (tenant.isascii() and other.isascii()) and reads == skeleton(
+            unicodedata.normalize("NFKC", other)
+        ):
+            named = [t.encode("unicode_escape").decode("ascii") for t in (tenant, other)]
+            raise AuthError(
+                "tenant_collides", "tenant {} reads as the tenant {} granted: choose another".format(*named)
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +297,8 @@ class UserStore:
                         "name_collides",
                         f"user name {name} reads as the existing user {other}: choose another",
                     )
+            for tenant in grants or {}:
+                _tenant_unlike(conn, tenant)
             conn.execute(
                 "INSERT INTO users (name, password_hash, created_at, disabled) VALUES (?, ?, ?, 0)",
                 (name, hashed, _ts(_now())),
@@ -362,11 +342,13 @@ class UserStore:
         self._token_cache.clear()
 
     def grant(self, name: str, tenant: str, role: str) -> None:
-        """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there)."""
+        """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there); refused
+        (``tenant_collides``) where ``tenant`` reads as another tenant granted (``_tenant_unlike``)."""
         _check_grant(tenant, role)
         with self._tx() as conn:
             if not conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("unknown_user", f"no user {name}")
+            _tenant_unlike(conn, tenant)
             conn.execute(
                 "INSERT INTO grants (user, tenant, role) VALUES (?, ?, ?)"
                 " ON CONFLICT (user, tenant) DO UPDATE SET role = ?",

@@ -242,7 +242,9 @@ async def answer_pause(
 
 
 def _run_tenant(config: McpConfig, run_id: str) -> str | None:
-    """The tenant the run's trace in the config's trace folder names (``None``: no trace there)."""
+    """The tenant the run's trace in the config's trace folder names (``None``: no trace there).
+    A trace that names no tenant is no tenant's (``""``): as the console reads a run (only a
+    grant of every tenant sees it), never the host's own."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", run_id) or ".." in run_id:
         return None
     try:
@@ -250,7 +252,7 @@ def _run_tenant(config: McpConfig, run_id: str) -> str | None:
     except (OSError, ValueError):
         return None
     start = next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), {})
-    return str(start["tenant"]) if start.get("tenant") else None
+    return str(start["tenant"]) if start.get("tenant") else ""
 
 
 async def resume_pause(
@@ -267,7 +269,8 @@ async def resume_pause(
     if tenant is not None and tenant != config.host.tenant:
         raise ApprovalError(
             "other_tenant",
-            f"pause {pause_id} is of run {asked.run_id} of tenant {tenant}, not {config.host.tenant}: answer"
+            f"pause {pause_id} is of run {asked.run_id} of {f'tenant {tenant}' if tenant else 'no tenant'},"
+            f" not {config.host.tenant}: answer"
             f" it (--answer-only, or in the console) and continue the run: tether resume {asked.run_id}",
         )
     pause = await answer_pause(config, pause_id, action, content, actor=actor)
