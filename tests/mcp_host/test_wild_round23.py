@@ -1,0 +1,156 @@
+"""Wild servers, round twenty-three: a stdio server written by hand (``wild23_server.py``), next to
+the honest stdio server (``wild4_server.py``), checked to serve.
+
+Found:
+
+* a server pretty-printing with no indent (``json.dumps(m, indent=0)``, Go's
+  ``MarshalIndent(v, "", "")``) writes nested brackets at the first column, where round
+  twenty-one's framer ended (or cut) the message: it could not even start. Now a message whose
+  second line carries no indent is followed bracket by bracket (strings skipped) and ends where its
+  first bracket closes; an indented one still ends at its first closing line at the first column;
+* after ``notifications/tools/list_changed``, a re-listing the server refused with its own error
+  failed the call with the server's words alone (``server x failed: db down``), as if the call had
+  run and failed: now it fails ``dependency_unavailable`` (``cause: relist_failed``), saying the call
+  was not sent because the tools could not be checked against the pins, and the next call, once
+  the server lists again, is served.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcp._framing import Framer
+from tether.mcphost._runner import run_question
+
+from .conftest import approve, honest_server, script, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
+
+HERE = Path(__file__).parent
+VALUE = "value-of-{}"
+EFFECTS = {"lookup": "read", "shaped": "read", "typed": "read"}
+
+
+def _stdio(*args: str) -> dict[str, Any]:
+    return {
+        "name": "x",
+        "command": [sys.executable, str(HERE / "wild23_server.py"), *args],
+        "mode": "legacy",
+        "effects": EFFECTS,
+        "timeout_s": 60,
+        "sandbox": "none",
+    }
+
+
+async def _run(tmp_path: Path, entry: dict[str, Any], steps: list[tuple[str, dict[str, Any]]]) -> Any:
+    config = write_config(tmp_path, [entry, honest_server()])
+    await approve(config, "x")
+    await approve(config, "ok")
+    with anyio.fail_after(30):  # (the calls' own timeouts are 60 s)
+        run = await run_question(config, "Q", script(*steps, ("ok__lookup", {"key": "z"}), "done"))
+    assert VALUE.format("z") in run.seen("ok__lookup")[-1] and run.result.stop_reason is StopReason.ACCEPTED
+    return run
+
+
+def _lookups(*keys: str) -> list[tuple[str, dict[str, Any]]]:
+    return [("x__lookup", {"key": key}) for key in keys]
+
+
+def _served(said: str, key: str) -> bool:
+    return VALUE.format(key) in said and "error=" not in said
+
+
+async def test_a_server_printing_with_no_indent_starts_and_serves(tmp_path: Path) -> None:
+    """Every message of ``flat`` (after a slow ``initialize``) is pretty-printed with no indent,
+    nested brackets at the first column, strings holding brackets and newlines: it starts, and
+    each call is its own answer (before: its ``initialize`` answer was cut at its first nested
+    bracket and it never started)."""
+    steps = [*_lookups("a", "b"), ("x__shaped", {"key": "k", "by": 3})]
+    run = await _run(tmp_path, _stdio("flat", "slow"), steps)
+    said = run.seen("x__lookup")
+    assert _served(said[0], "a") and _served(said[1], "b")
+    assert "value-of-k by 3 args ['by', 'key']" in run.seen("x__shaped")[0]
+
+
+def test_a_message_with_no_indent_ends_where_its_first_bracket_closes() -> None:
+    """A message whose second line is not indented is read whole at its last bracket, brackets in
+    its strings no part of the count; an object opened where a key is wanted, or a bracket closed
+    that it did not open, is no part of it: the one begun is cut (refused as any bad line) and the
+    next read. An indented one still ends at its first closing line (round twenty-one)."""
+    framer = Framer(1 << 20)
+    lines = [
+        b"{",
+        b'"id": 1,',
+        b'"result": {',
+        b'"tools": [',
+        b"{",
+        b'"d": "} ] \\" {",',
+        b'"s": {}',
+        b"}",
+        b"]",
+    ]
+    assert all(framer.lines(line) == [] for line in lines)
+    assert framer.lines(b"}") == []
+    assert framer.lines(b"}") == [b"\n".join([*lines, b"}", b"}"])]
+    answer = b'{"jsonrpc": "2.0", "id": 2, "result": {}}'
+    assert framer.lines(b"{") == [] and framer.lines(b'"id": 1,') == []
+    assert framer.lines(answer) == [b'{\n"id": 1,', answer]
+    assert framer.lines(b"[") == [] and framer.lines(b"{") == [] and framer.lines(b"]") == [b"[\n{", b"]"]
+    assert framer.lines(b"{") == [] and framer.lines(b"{") == [b"{"]
+    assert framer.lines(b'"id": 3') == [] and framer.lines(b"}") == [b'{\n"id": 3\n}']
+    assert framer.rest() == [] and framer.lines(b"{") == [] and framer.lines(b"  [") == []
+    assert framer.lines(b"}") == [b"{\n[\n}"]
+
+
+async def test_a_refused_relisting_fails_the_call_as_not_sent_and_the_next_is_served(tmp_path: Path) -> None:
+    """After ``change`` the server says its tools changed, and refuses the next listing (``db
+    down``): ``b`` fails ``dependency_unavailable``, saying it was not sent and why, with the
+    server's words (before: ``upstream_error``, ``server x failed: db down``, as if it had run);
+    ``c``, listed again, is served."""
+    run = await _run(tmp_path, _stdio(), _lookups("a", "change", "b", "c"))
+    said = run.seen("x__lookup")
+    assert _served(said[0], "a") and _served(said[1], "change") and _served(said[3], "c")
+    assert 'error="dependency_unavailable"' in said[2] and VALUE.format("b") not in said[2]
+    assert "x__lookup was not sent: it said its tools changed" in said[2] and "db down" in said[2]
+
+
+async def test_results_of_other_shapes_are_contained_and_the_server_serves_on(tmp_path: Path) -> None:
+    """A resource link is named, not fetched; an embedded resource's text is read; progress for
+    tokens of no request of the call is not the call's; structured content only (no ``content``, which
+    the schema requires) fails the call, named; structured content the output schema refuses is
+    ``invalid_output``; arguments the input schema (``$ref``, ``oneOf``,
+    ``additionalProperties: false``) refuses never reach the server. Each server serves on."""
+    steps = [
+        *_lookups("link", "embedded", "progress", "structured"),
+        ("x__typed", {"key": "badout"}),
+        ("x__shaped", {"key": "k", "extra": 1}),
+        ("x__shaped", {"key": "k", "by": [1]}),
+        *_lookups("c"),
+    ]
+    run = await _run(tmp_path, _stdio(), steps)
+    said = run.seen("x__lookup")
+    assert _served(said[0], "link") and "[resource_link not fetched: file:///data/k.txt (k.txt)]" in said[0]
+    assert _served(said[1], "embedded") and "embedded value-of-embedded" in said[1]
+    assert _served(said[2], "progress") and "for 999999" not in said[2]
+    assert 'error="upstream_error"' in said[3] and "content: Field required" in said[3]
+    assert _served(said[4], "c")
+    assert 'error="invalid_output"' in run.seen("x__typed")[0]
+    shaped = run.seen("x__shaped")
+    assert "unexpected field 'extra'" in shaped[0] and "value-of-k" not in shaped[1]
+
+
+async def test_a_tool_changed_between_listing_and_call_is_refused_and_others_serve(tmp_path: Path) -> None:
+    """After ``swap`` the server lists ``lookup`` with another description, saying nothing: the
+    next call is refused before it is sent (the pins re-checked), and ``typed`` still serves."""
+    steps = [*_lookups("swap", "b"), ("x__typed", {"key": "t"})]
+    run = await _run(tmp_path, _stdio(), steps)
+    said = run.seen("x__lookup")
+    assert _served(said[0], "swap") and VALUE.format("b") not in said[1]
+    assert 'error="capability_blocked"' in said[1] and "changed: description since approval" in said[1]
+    assert _served(run.seen("x__typed")[0], "t")
