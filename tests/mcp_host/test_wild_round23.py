@@ -12,7 +12,17 @@ Found:
   failed the call with the server's words alone (``server x failed: db down``), as if the call had
   run and failed: now it fails ``dependency_unavailable`` (``cause: relist_failed``), saying the call
   was not sent because the tools could not be checked against the pins, and the next call, once
-  the server lists again, is served.
+  the server lists again, is served;
+* a tool result of ``structuredContent`` alone, with no ``content`` (which the schema requires,
+  and the TypeScript SDK's client defaults to ``[]``: servers tried only with it omit it), failed
+  the call naming a validation error (``CallToolResult: content: Field required``): now its
+  ``content`` is taken as ``[]``, as there, and the structured content is what the model reads.
+
+Contained already (checked here, no change): resource links (named, not fetched), embedded
+resources, output that fails the output schema (``invalid_output``), arguments an input schema of
+``$ref``/``oneOf``/``additionalProperties: false`` refuses (never sent), progress for tokens of no
+request of the call (not shown as the call's), a slow ``initialize``, and a tool whose listing
+changed, unannounced, between listing and call (refused before it is sent, ``capability_blocked``).
 """
 
 from __future__ import annotations
@@ -122,10 +132,11 @@ async def test_a_refused_relisting_fails_the_call_as_not_sent_and_the_next_is_se
 
 async def test_results_of_other_shapes_are_contained_and_the_server_serves_on(tmp_path: Path) -> None:
     """A resource link is named, not fetched; an embedded resource's text is read; progress for
-    tokens of no request of the call is not the call's; structured content only (no ``content``, which
-    the schema requires) fails the call, named; structured content the output schema refuses is
-    ``invalid_output``; arguments the input schema (``$ref``, ``oneOf``,
-    ``additionalProperties: false``) refuses never reach the server. Each server serves on."""
+    tokens of no request of the call is not the call's; structured content alone (no ``content``,
+    which the schema requires) is read (before: the call failed naming a validation error);
+    structured content the output schema refuses is ``invalid_output``; arguments the input
+    schema (``$ref``, ``oneOf``, ``additionalProperties: false``) refuses never reach the server.
+    Each server serves on."""
     steps = [
         *_lookups("link", "embedded", "progress", "structured"),
         ("x__typed", {"key": "badout"}),
@@ -138,7 +149,7 @@ async def test_results_of_other_shapes_are_contained_and_the_server_serves_on(tm
     assert _served(said[0], "link") and "[resource_link not fetched: file:///data/k.txt (k.txt)]" in said[0]
     assert _served(said[1], "embedded") and "embedded value-of-embedded" in said[1]
     assert _served(said[2], "progress") and "for 999999" not in said[2]
-    assert 'error="upstream_error"' in said[3] and "content: Field required" in said[3]
+    assert _served(said[3], "structured") and '"value": "value-of-structured"' in said[3]
     assert _served(said[4], "c")
     assert 'error="invalid_output"' in run.seen("x__typed")[0]
     shaped = run.seen("x__shaped")

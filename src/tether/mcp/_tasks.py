@@ -67,6 +67,7 @@ _HEARD = 64  # settled statuses kept from notifications not yet waited on (oldes
 _PREFIX = "tether-task-"
 _STATUS = "notifications/tasks/status"
 MAX_UNSENT = 64  # the host's messages waiting for a server to read them, at most
+MAX_CALLS_HELD = 4096  # the ids of calls not yet answered the relay holds (to mend their answers)
 # A request of the host's refused because the server is not reading (outside the reserved band).
 NOT_READING = -31408
 
@@ -93,6 +94,26 @@ def task_required(definition: dict[str, Any]) -> bool:
     return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
+def with_content(result: Any) -> Any:
+    """A tool result holding ``structuredContent`` and no ``content`` (which the schema requires,
+    and the TypeScript SDK's client defaults to ``[]``: servers tried only with it omit it), its
+    ``content`` ``[]`` (the SDK refused the answer: the call failed naming a validation error);
+    any other as it is. The host then shows the structured content (``_results``)."""
+    if isinstance(result, dict) and "structuredContent" in result and "content" not in result:
+        return {**result, "content": []}
+    return result
+
+
+def _with_content(item: Any) -> Any:
+    """An answer to a ``tools/call``, its result ``with_content``."""
+    from mcp.shared.message import SessionMessage
+
+    result = getattr(item.message, "result", None)
+    if (mended := with_content(result)) is result:
+        return item
+    return SessionMessage(item.message.model_copy(update={"result": mended}), metadata=item.metadata)
+
+
 class TaskRelay:
     """One connection's message relay (see the module's docstring)."""
 
@@ -106,6 +127,7 @@ class TaskRelay:
         self.unsent_dropped = 0  # the host's answers and notices dropped, the server not reading
         self._overflowing = False
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
+        self._calls: set[Any] = set()  # ids of its tools/call requests not yet answered
         self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
         self.output_schemas: dict[str, Any] = {}  # the last listing's, kept from the SDK (_listing)
         self._ids = itertools.count(1)
@@ -153,6 +175,9 @@ class TaskRelay:
                             if ident is not None and answers and ident in self._listings:
                                 self._listings.discard(ident)
                                 item = self._listing(item)
+                            if ident is not None and answers and ident in self._calls:
+                                self._calls.discard(ident)
+                                item = _with_content(item)
                             await to_sdk.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                     pass
@@ -166,6 +191,10 @@ class TaskRelay:
                             sent: Any = getattr(item, "message", None)
                             if getattr(sent, "method", None) == "initialize" and hasattr(sent, "id"):
                                 self._initialize = item  # asked once more if refused (``_handshake``)
+                            if getattr(sent, "method", None) == "tools/call" and hasattr(sent, "id"):
+                                if len(self._calls) >= MAX_CALLS_HELD:  # (answers that never came)
+                                    self._calls.clear()
+                                self._calls.add(sent.id)
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
                                 if not (sent.params or {}).get("cursor"):  # a new listing begins
@@ -376,7 +405,9 @@ async def run_task(
                 await on_status(polls, shown)
         if task.status == "cancelled":
             raise UpstreamError(f"the server cancelled the task of {name}")
-        result = types.CallToolResult.model_validate(await relay.request("tasks/result", {"taskId": task_id}))
+        result = types.CallToolResult.model_validate(
+            with_content(await relay.request("tasks/result", {"taskId": task_id}))
+        )
     except BaseException:
         if task.status not in _ENDED:  # the call ended first: tell the server (bounded)
             await cancel_task(relay, task_id)
