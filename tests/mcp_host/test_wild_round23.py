@@ -165,3 +165,30 @@ async def test_a_tool_changed_between_listing_and_call_is_refused_and_others_ser
     assert _served(said[0], "swap") and VALUE.format("b") not in said[1]
     assert 'error="capability_blocked"' in said[1] and "changed: description since approval" in said[1]
     assert _served(run.seen("x__typed")[0], "t")
+
+
+async def test_the_sdk_servers_nested_schema_is_honoured_and_extras_never_reach_it(tmp_path: Path) -> None:
+    """``find`` (the official SDK, pydantic arguments: ``$defs``/``$ref``, ``anyOf``,
+    ``additionalProperties: false`` at each level; structured output): arguments that fit, a
+    union's other arm included, are served; an extra field nested in ``$defs`` and a value of
+    neither arm are refused by the host before the send; the server serves on."""
+    entry = {
+        "name": "x",
+        "command": [sys.executable, str(HERE / "wild23_sdk_server.py")],
+        "mode": "legacy",
+        "effects": {"find": "read"},
+        "timeout_s": 60,
+        "sandbox": "none",
+    }
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("x__find", {"query": {"key": "a", "within": {"low": 1, "high": 2}}}),
+        ("x__find", {"query": {"key": "b", "by": 7}}),
+        ("x__find", {"query": {"key": "e", "within": {"low": 1, "high": 2, "step": 1}}}),
+        ("x__find", {"query": {"key": "u", "by": [1]}}),
+        ("x__find", {"query": {"key": "c"}}),
+    ]
+    said = (await _run(tmp_path, entry, steps)).seen("x__find")
+    assert _served(said[0], "a") and '"by": "\'name\'"' in said[0]
+    assert _served(said[1], "b") and '"by": "7"' in said[1] and _served(said[4], "c")
+    assert "extra_field: unexpected field 'query.within.step'" in said[2] and VALUE.format("e") not in said[2]
+    assert "wrong_type: query.by must be string or integer" in said[3] and VALUE.format("u") not in said[3]
