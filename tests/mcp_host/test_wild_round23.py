@@ -22,7 +22,9 @@ Contained already (checked here, no change): resource links (named, not fetched)
 resources, output that fails the output schema (``invalid_output``), arguments an input schema of
 ``$ref``/``oneOf``/``additionalProperties: false`` refuses (never sent), progress for tokens of no
 request of the call (not shown as the call's), a slow ``initialize``, and a tool whose listing
-changed, unannounced, between listing and call (refused before it is sent, ``capability_blocked``).
+changed or went, unannounced, between listing and call (refused before it is sent,
+``capability_blocked``); the official SDK's pydantic arguments (nested ``$defs``, ``anyOf``,
+``extra="forbid"``: a nested extra field refused before the send).
 """
 
 from __future__ import annotations
@@ -164,6 +166,17 @@ async def test_a_tool_changed_between_listing_and_call_is_refused_and_others_ser
     said = run.seen("x__lookup")
     assert _served(said[0], "swap") and VALUE.format("b") not in said[1]
     assert 'error="capability_blocked"' in said[1] and "changed: description since approval" in said[1]
+    assert _served(run.seen("x__typed")[0], "t")
+
+
+async def test_a_tool_gone_between_listing_and_call_is_not_sent_and_others_serve(tmp_path: Path) -> None:
+    """After ``vanish`` the server no longer lists ``lookup``, saying nothing: the next call fails
+    before it is sent, and ``typed`` still serves."""
+    steps = [*_lookups("vanish", "b"), ("x__typed", {"key": "t"})]
+    run = await _run(tmp_path, _stdio(), steps)
+    said = run.seen("x__lookup")
+    assert _served(said[0], "vanish") and VALUE.format("b") not in said[1]
+    assert 'error="capability_blocked"' in said[1] and "no longer listed by the server" in said[1]
     assert _served(run.seen("x__typed")[0], "t")
 
 
