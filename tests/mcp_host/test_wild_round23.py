@@ -10,9 +10,9 @@ Found:
   first bracket closes; an indented one still ends at its first closing line at the first column;
 * after ``notifications/tools/list_changed``, a re-listing the server refused with its own error
   failed the call with the server's words alone (``server x failed: db down``), as if the call had
-  run and failed: now it fails ``dependency_unavailable`` (``cause: relist_failed``), saying the call
-  was not sent because the tools could not be checked against the pins, and the next call, once
-  the server lists again, is served;
+  run and failed: now it says the call was not sent because the tools could not be checked against
+  the pins (``details``: ``cause: relist_failed``, ``sent: false``; still ``upstream_error``: the
+  server answers, it is not a source down), and the next call, once it lists again, is served;
 * a tool result of ``structuredContent`` alone, with no ``content`` (which the schema requires,
   and the TypeScript SDK's client defaults to ``[]``: servers tried only with it omit it), failed
   the call naming a validation error (``CallToolResult: content: Field required``): now its
@@ -122,13 +122,15 @@ def test_a_message_with_no_indent_ends_where_its_first_bracket_closes() -> None:
 
 async def test_a_refused_relisting_fails_the_call_as_not_sent_and_the_next_is_served(tmp_path: Path) -> None:
     """After ``change`` the server says its tools changed, and refuses the next listing (``db
-    down``): ``b`` fails ``dependency_unavailable``, saying it was not sent and why, with the
-    server's words (before: ``upstream_error``, ``server x failed: db down``, as if it had run);
+    down``): ``b`` fails saying it was not sent and why, with the server's words, and
+    ``details`` ``{"cause": "relist_failed", "sent": false}`` (before: ``server x failed: db
+    down`` alone, as if it had run);
     ``c``, listed again, is served."""
     run = await _run(tmp_path, _stdio(), _lookups("a", "change", "b", "c"))
     said = run.seen("x__lookup")
     assert _served(said[0], "a") and _served(said[1], "change") and _served(said[3], "c")
-    assert 'error="dependency_unavailable"' in said[2] and VALUE.format("b") not in said[2]
+    assert 'error="upstream_error"' in said[2] and VALUE.format("b") not in said[2]
+    assert '"details": {"cause": "relist_failed", "sent": false}' in said[2]
     # (why it was listed: the change heard, or, were the notice read after the next call began,
     # the re-check before each call this config makes)
     assert "x__lookup was not sent: it" in said[2] and "listing them again" in said[2]

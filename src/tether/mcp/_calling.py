@@ -165,10 +165,11 @@ async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
     except DependencyUnavailable:
         raise
     except UpstreamError as err:  # the server's own answer to the listing: the call never went
-        raise Unavailable(
+        raise UpstreamError(  # (the server answers: not a source down, counted to stop the run)
             f"{spec.name} was not sent: {why}, and listing them again to check them against the "
             f"approved pins failed ({err.message}); it is sent once the list can be checked",
-            cause="relist_failed",
+            hint="the server could not list its tools; the call may be tried again later",
+            details={"cause": "relist_failed", "sent": False},
         ) from None
     source._refuse_unapproved(spec)
     return source._conn or conn  # (a new session's, if the listing needed one)
