@@ -172,12 +172,8 @@ class TaskRelay:
                                 if again is not None:  # refused with the versions it speaks
                                     self._send.send_nowait(again)
                                     continue
-                            if ident is not None and answers and ident in self._listings:
-                                self._listings.discard(ident)
-                                item = self._listing(item)
-                            if ident is not None and answers and ident in self._calls:
-                                self._calls.discard(ident)
-                                item = _with_content(item)
+                            if ident is not None and answers:
+                                item = self._answered(ident, item)
                             await to_sdk.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                     pass
@@ -189,16 +185,7 @@ class TaskRelay:
                     async with from_sdk, unsent:
                         async for item in from_sdk:
                             sent: Any = getattr(item, "message", None)
-                            if getattr(sent, "method", None) == "initialize" and hasattr(sent, "id"):
-                                self._initialize = item  # asked once more if refused (``_handshake``)
-                            if getattr(sent, "method", None) == "tools/call" and hasattr(sent, "id"):
-                                if len(self._calls) >= MAX_CALLS_HELD:  # (answers that never came)
-                                    self._calls.clear()
-                                self._calls.add(sent.id)
-                            if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
-                                self._listings.add(sent.id)
-                                if not (sent.params or {}).get("cursor"):  # a new listing begins
-                                    self.dropped, self.output_schemas = {}, {}
+                            self._asked(item, sent)
                             try:
                                 unsent.send_nowait(item)
                             except anyio.WouldBlock:
@@ -226,6 +213,32 @@ class TaskRelay:
                 finally:
                     self._close()
                     tg.cancel_scope.cancel()
+
+    def _asked(self, item: Any, sent: Any) -> None:
+        """Note the SDK's request ``sent`` whose answer the relay reads (or asks again)."""
+        method = getattr(sent, "method", None)
+        if method is None or not hasattr(sent, "id"):
+            return
+        if method == "initialize":
+            self._initialize = item  # asked once more if refused (``_handshake``)
+        elif method == "tools/call":
+            if len(self._calls) >= MAX_CALLS_HELD:  # (answers that never came)
+                self._calls.clear()
+            self._calls.add(sent.id)
+        elif method == "tools/list":
+            self._listings.add(sent.id)
+            if not (sent.params or {}).get("cursor"):  # a new listing begins
+                self.dropped, self.output_schemas = {}, {}
+
+    def _answered(self, ident: Any, item: Any) -> Any:
+        """An answer to the SDK's request ``ident``, as the SDK takes it (a listing's or a call's)."""
+        if ident in self._listings:
+            self._listings.discard(ident)
+            return self._listing(item)
+        if ident in self._calls:
+            self._calls.discard(ident)
+            return _with_content(item)
+        return item
 
     def _listing(self, item: Any) -> Any:
         """A ``tools/list`` answer without the tools the SDK would refuse it for."""
