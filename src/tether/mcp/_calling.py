@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from tether.core.ratelimit import TokenBucket
-from tether.errors import ToolError, UpstreamError
+from tether.errors import DependencyUnavailable, ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import (
@@ -153,13 +153,24 @@ async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
     modern_unheard = is_modern(source.protocol_version) and not source._listening
     if source.pins is None or not (source.recheck == "each_call" or source._stale or modern_unheard):
         return conn
+    why = "it said its tools changed" if source._stale else "its tools are re-checked before each call"
     try:
-        await guarded(source, conn, source._list, spec.timeout_s, "before the call")
-    except Unavailable:
-        if source.unavailable is not None or source._conn is not None:
-            raise
-        conn = await source._usable()
-        await guarded(source, conn, source._list, spec.timeout_s, "before the call")
+        try:
+            await guarded(source, conn, source._list, spec.timeout_s, "before the call")
+        except Unavailable:
+            if source.unavailable is not None or source._conn is not None:
+                raise
+            conn = await source._usable()
+            await guarded(source, conn, source._list, spec.timeout_s, "before the call")
+    except DependencyUnavailable:
+        raise
+    except UpstreamError as err:  # the server's own answer to the listing: the call never went
+        raise UpstreamError(  # (the server answers: not a source down, counted to stop the run)
+            f"{spec.name} was not sent: {why}, and listing them again to check them against the "
+            f"approved pins failed ({err.message}); it is sent once the list can be checked",
+            hint="the server could not list its tools; the call may be tried again later",
+            details={"cause": "relist_failed", "sent": False},
+        ) from None
     source._refuse_unapproved(spec)
     return source._conn or conn  # (a new session's, if the listing needed one)
 

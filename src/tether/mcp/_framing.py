@@ -7,6 +7,12 @@ The common line (one whole message) costs a byte search only: a message is joine
 only from a line that is a lone ``{`` or ``[``, and ends at the first line that closes one at
 its first column, as pretty printers write a message's first and last lines (what is not a whole
 message then is refused as any line is: parsed once, never again at each later line).
+
+A printer given no indent (``json.dumps(m, indent=0)``, Go's ``MarshalIndent(v, "", "")``) writes
+every line at the first column, nested brackets too: a message whose second line is not indented
+is followed bracket by bracket (each line scanned once), and ends where its first bracket closes;
+a line opening an object where its innermost open one wants a key, or closing the wrong bracket,
+is no part of it (the one begun is cut, as above).
 """
 
 from __future__ import annotations
@@ -66,29 +72,72 @@ def _split(line: bytes) -> list[bytes]:
     return values if len(values) > 1 else [line]
 
 
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # a JSON string, its escapes read
+_BRACKET = re.compile(rb"[{}\[\]]")
+_PAIRS = {b"}": b"{", b"]": b"["}
+
+
+def _brackets(line: bytes, open_: bytearray) -> bool:
+    """``open_`` (the brackets open before ``line``) updated past it; False (``open_`` as it was)
+    where the line closes a bracket it did not open: no part of the message."""
+    before = bytes(open_)
+    for bracket in _BRACKET.findall(_STRING.sub(b"", line)):
+        if bracket in _PAIRS:
+            if open_[-1:] != _PAIRS[bracket]:
+                open_[:] = before
+                return False
+            del open_[-1]
+        else:
+            open_ += bracket
+    return True
+
+
 class Framer:
     """The messages each line of output ends (``limit``: the most bytes one message may hold)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.pending = bytearray()  # a message begun on earlier lines
+        self.flat: bool | None = None  # whether its lines carry no indent (None: one line so far)
+        self.open = bytearray()  # the brackets a flat one has open
+
+    def _flat(self, line: bytes) -> list[bytes] | None:
+        """What ``line`` of a message printed with no indent completes (None: it is no part of it)."""
+        if line[:1] == b"{" and self.open[-1:] == b"{":  # an object where a key is wanted
+            return None
+        if not _brackets(line, self.open):
+            return None
+        self.pending += b"\n" + line
+        if self.open and len(self.pending) <= self.limit:
+            return []
+        done, self.pending, self.flat = bytes(self.pending), bytearray(), None
+        return [done]
 
     def lines(self, raw: bytes) -> list[bytes]:
         """The messages the line ``raw`` (its newline cut) completes, in order, each stripped."""
         line = raw.strip().removeprefix(BOM).strip()
         if not line:
             return []
+        if self.pending and self.flat is None:
+            self.flat = raw[:1] not in (b" ", b"\t")
+            self.open = bytearray(self.pending[:1])
+        if self.pending and self.flat:
+            read = self._flat(line)
+            if read is not None:
+                return read
+            cut, self.pending, self.flat = bytes(self.pending), bytearray(), None
+            return [cut, *self.lines(raw)]
         if self.pending:
             if raw[:1] == b"{":  # a new message at the first column: the one begun is cut
-                cut, self.pending = bytes(self.pending), bytearray()
+                cut, self.pending, self.flat = bytes(self.pending), bytearray(), None
                 return [cut, *self.lines(raw)]
             self.pending += b"\n" + line
             if len(self.pending) > self.limit:
-                cut, self.pending = bytes(self.pending), bytearray()
+                cut, self.pending, self.flat = bytes(self.pending), bytearray(), None
                 return [cut]
             if raw[:1] not in (b"}", b"]"):  # only a closing line at the first column ends one
                 return []
-            done, self.pending = bytes(self.pending), bytearray()  # whole or not, parsed once
+            done, self.pending, self.flat = bytes(self.pending), bytearray(), None  # parsed once
             return [done]
         if line in (b"{", b"["):  # the first line of a pretty-printed message or batch
             self.pending = bytearray(line)
@@ -99,5 +148,5 @@ class Framer:
 
     def rest(self) -> list[bytes]:
         """What a message begun and never ended leaves at the end of the output."""
-        rest, self.pending = bytes(self.pending), bytearray()
+        rest, self.pending, self.flat = bytes(self.pending), bytearray(), None
         return [rest] if rest else []

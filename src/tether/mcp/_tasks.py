@@ -67,6 +67,7 @@ _HEARD = 64  # settled statuses kept from notifications not yet waited on (oldes
 _PREFIX = "tether-task-"
 _STATUS = "notifications/tasks/status"
 MAX_UNSENT = 64  # the host's messages waiting for a server to read them, at most
+MAX_CALLS_HELD = 4096  # the ids of calls not yet answered the relay holds (to mend their answers)
 # A request of the host's refused because the server is not reading (outside the reserved band).
 NOT_READING = -31408
 
@@ -93,6 +94,26 @@ def task_required(definition: dict[str, Any]) -> bool:
     return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
+def with_content(result: Any) -> Any:
+    """A tool result holding ``structuredContent`` and no ``content`` (which the schema requires,
+    and the TypeScript SDK's client defaults to ``[]``: servers tried only with it omit it), its
+    ``content`` ``[]`` (the SDK refused the answer: the call failed naming a validation error);
+    any other as it is. The host then shows the structured content (``_results``)."""
+    if isinstance(result, dict) and "structuredContent" in result and "content" not in result:
+        return {**result, "content": []}
+    return result
+
+
+def _with_content(item: Any) -> Any:
+    """An answer to a ``tools/call``, its result ``with_content``."""
+    from mcp.shared.message import SessionMessage
+
+    result = getattr(item.message, "result", None)
+    if (mended := with_content(result)) is result:
+        return item
+    return SessionMessage(item.message.model_copy(update={"result": mended}), metadata=item.metadata)
+
+
 class TaskRelay:
     """One connection's message relay (see the module's docstring)."""
 
@@ -106,6 +127,7 @@ class TaskRelay:
         self.unsent_dropped = 0  # the host's answers and notices dropped, the server not reading
         self._overflowing = False
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
+        self._calls: set[Any] = set()  # ids of its tools/call requests not yet answered
         self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
         self.output_schemas: dict[str, Any] = {}  # the last listing's, kept from the SDK (_listing)
         self._ids = itertools.count(1)
@@ -150,9 +172,8 @@ class TaskRelay:
                                 if again is not None:  # refused with the versions it speaks
                                     self._send.send_nowait(again)
                                     continue
-                            if ident is not None and answers and ident in self._listings:
-                                self._listings.discard(ident)
-                                item = self._listing(item)
+                            if ident is not None and answers:
+                                item = self._answered(ident, item)
                             await to_sdk.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                     pass
@@ -164,12 +185,7 @@ class TaskRelay:
                     async with from_sdk, unsent:
                         async for item in from_sdk:
                             sent: Any = getattr(item, "message", None)
-                            if getattr(sent, "method", None) == "initialize" and hasattr(sent, "id"):
-                                self._initialize = item  # asked once more if refused (``_handshake``)
-                            if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
-                                self._listings.add(sent.id)
-                                if not (sent.params or {}).get("cursor"):  # a new listing begins
-                                    self.dropped, self.output_schemas = {}, {}
+                            self._asked(item, sent)
                             try:
                                 unsent.send_nowait(item)
                             except anyio.WouldBlock:
@@ -197,6 +213,32 @@ class TaskRelay:
                 finally:
                     self._close()
                     tg.cancel_scope.cancel()
+
+    def _asked(self, item: Any, sent: Any) -> None:
+        """Note the SDK's request ``sent`` whose answer the relay reads (or asks again)."""
+        method = getattr(sent, "method", None)
+        if method is None or not hasattr(sent, "id"):
+            return
+        if method == "initialize":
+            self._initialize = item  # asked once more if refused (``_handshake``)
+        elif method == "tools/call":
+            if len(self._calls) >= MAX_CALLS_HELD:  # (answers that never came)
+                self._calls.clear()
+            self._calls.add(sent.id)
+        elif method == "tools/list":
+            self._listings.add(sent.id)
+            if not (sent.params or {}).get("cursor"):  # a new listing begins
+                self.dropped, self.output_schemas = {}, {}
+
+    def _answered(self, ident: Any, item: Any) -> Any:
+        """An answer to the SDK's request ``ident``, as the SDK takes it (a listing's or a call's)."""
+        if ident in self._listings:
+            self._listings.discard(ident)
+            return self._listing(item)
+        if ident in self._calls:
+            self._calls.discard(ident)
+            return _with_content(item)
+        return item
 
     def _listing(self, item: Any) -> Any:
         """A ``tools/list`` answer without the tools the SDK would refuse it for."""
@@ -376,7 +418,9 @@ async def run_task(
                 await on_status(polls, shown)
         if task.status == "cancelled":
             raise UpstreamError(f"the server cancelled the task of {name}")
-        result = types.CallToolResult.model_validate(await relay.request("tasks/result", {"taskId": task_id}))
+        result = types.CallToolResult.model_validate(
+            with_content(await relay.request("tasks/result", {"taskId": task_id}))
+        )
     except BaseException:
         if task.status not in _ENDED:  # the call ended first: tell the server (bounded)
             await cancel_task(relay, task_id)
