@@ -251,10 +251,10 @@ CASES = [
 assert len({c.name for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize(("case", "provider", "mode", "transport"), case_params(CASES))
-def test_a_round24_fault_ends_honestly_and_a_quirk_is_accepted(
-    tmp_path: Path, case: Case, provider: str, mode: str, transport: str
-) -> None:
+def ends_as_its_case_says(tmp_path: Path, case: Case, provider: str, mode: str, transport: str) -> None:
+    """Run ``case`` by the agent file: a quirk is accepted (its call ran, two requests), a fault
+    ends with the case's stop reason and words, non-zero, its call never run (retried once where
+    it "gave up")."""
     code, out, requests, _ = run_case(tmp_path, provider, case, mode, transport)
     if case.ok:
         assert (code, out["stop_reason"], requests) == (0, "accepted", 2), out
@@ -266,6 +266,13 @@ def test_a_round24_fault_ends_honestly_and_a_quirk_is_accepted(
     for piece in case.said:
         assert piece in out["message"], out["message"]
     assert "Traceback" not in out["message"]
+
+
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), case_params(CASES))
+def test_a_round24_fault_ends_honestly_and_a_quirk_is_accepted(
+    tmp_path: Path, case: Case, provider: str, mode: str, transport: str
+) -> None:
+    ends_as_its_case_says(tmp_path, case, provider, mode, transport)
 
 
 @pytest.mark.parametrize("transport", ["sdk", "http"])
