@@ -49,7 +49,7 @@ from typing import Any
 
 import pytest
 from test_rolling_upgrade import _write_version, deployed
-from test_rolling_upgrade_round8 import HOLDING_TOOLS, _holding_agent, _logged, _record, _rewrite
+from test_rolling_upgrade_round8 import _holding_agent, _logged, _record, _rewrite
 
 from tether.cli import main
 
@@ -351,14 +351,7 @@ def test_a_turn_an_earlier_release_recorded_with_its_retired_key_still_replays()
 
 def _resume_agent(folder: Path) -> None:
     """Look, note (a person approves it), then look at "hold" (held while the gate exists)."""
-    _write_version(folder, "A")
-    (folder / "tools.py").write_text(HOLDING_TOOLS)
-    steps = [
-        {"call": "look", "arguments": {"item": "i1"}},
-        {"call": "note", "arguments": {"text": "noted"}},
-        {"call": "look", "arguments": {"item": "hold"}},
-    ]
-    (folder / "steps.json").write_text(json.dumps(steps))
+    _holding_agent(folder, note_first=True)
 
 
 def _checkpoint_step(db: sqlite3.Connection) -> tuple[str, int]:

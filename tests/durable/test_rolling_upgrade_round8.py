@@ -86,14 +86,16 @@ async def note(text: Annotated[str, Field(description="The note.")], ctx: ToolCo
 '''
 
 
-def _holding_agent(folder: Path) -> None:
+def _holding_agent(folder: Path, *, note_first: bool = False) -> None:
+    """Look, look at "hold" (held while the gate exists), then note; or note before the hold."""
     _write_version(folder, "A")
     (folder / "tools.py").write_text(HOLDING_TOOLS)
-    steps = [
+    look, hold = (
         {"call": "look", "arguments": {"item": "i1"}},
         {"call": "look", "arguments": {"item": "hold"}},
-        {"call": "note", "arguments": {"text": "noted"}},
-    ]
+    )
+    note = {"call": "note", "arguments": {"text": "noted"}}
+    steps = [look, note, hold] if note_first else [look, hold, note]
     (folder / "steps.json").write_text(json.dumps(steps))
 
 
