@@ -65,6 +65,9 @@ PROTECTIVE_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
+    # What an HTTP/1.0 cache reads instead (the console answers HTTP/1.0 requests): stored nowhere.
+    (b"pragma", b"no-cache"),
+    (b"expires", b"0"),
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"strict-transport-security", b"max-age=31536000"),  # ignored over plain HTTP (loopback)
@@ -80,6 +83,25 @@ class Console:
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _FRAMED_TWICE = "a request has a Content-Length or a Transfer-Encoding, not both"
+_ELSEWHERE = "refused: a request another site's page made (only a link or a form to this console is taken)"
+
+
+def _made_elsewhere(headers: dict[bytes, bytes]) -> bool:
+    """Whether a browser says (Fetch Metadata) that a page of another origin made this request,
+    other than as a top-level navigation: an image, a script, a style sheet, a ``fetch``, a
+    prefetch or a frame of another site, or of a page on another port of this host (the same
+    site: the browser sends it the console's ``SameSite=Strict`` cookies). Such a request, served
+    as the person signed in, kept their idle session alive for as long as that page was open and
+    spent the share of requests kept for people signed in; its answer, which CORP keeps from
+    that page, was made all the same. A link followed or a form sent from elsewhere (a top-level
+    navigation) is taken: the CSRF token and the ``Origin`` check decide a form. A request without
+    these headers (a program, an older browser) is taken as before."""
+    site = headers.get(b"sec-fetch-site", b"").strip().lower()
+    if site not in (b"same-site", b"cross-site"):  # same-origin, none (typed, a bookmark), absent
+        return False
+    mode = headers.get(b"sec-fetch-mode", b"").strip().lower()
+    dest = headers.get(b"sec-fetch-dest", b"document").strip().lower()
+    return not (mode == b"navigate" and dest == b"document")
 
 
 # A name or IPv4 address, or a bracketed IPv6 address, with an optional port; or a bare IPv6 address.
@@ -100,8 +122,9 @@ def _host_name(value: bytes) -> str:
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
     rebinding); a request framed by both a ``Content-Length`` and a ``Transfer-Encoding`` is
-    refused (400) and its connection closed; a path or query with a NUL character is refused
-    (400, ``UNSTORABLE``); the
+    refused (400) and its connection closed; a request a browser says another site's page made,
+    other than a link or a form (``_made_elsewhere``: Fetch Metadata), is refused (403) before
+    anything is looked up; a path or query with a NUL character is refused (400, ``UNSTORABLE``); the
     body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
@@ -181,6 +204,9 @@ class Guard:
             return
         if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
+            return
+        if _made_elsewhere(headers):  # before any look-up: no session is seen, none kept alive
+            await PlainTextResponse(_ELSEWHERE, status_code=403)(scope, receive, wrapped)
             return
         if "\x00" in scope.get("path", "") or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
             await PlainTextResponse(UNSTORABLE, status_code=400)(scope, receive, wrapped)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from itsdangerous import BadSignature, Signer
+from itsdangerous import BadSignature, Signer, TimestampSigner
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -78,6 +78,11 @@ _RESOLVED = "tether.refused"  # the ASGI scope's key for the wrong token ``signe
 
 # Passwords and tokens hashed at once (each scrypt is about 16 MiB and tens of milliseconds).
 HASHING_THREADS = 4
+# Seconds each cookie the console signs with a time lasts (``Gate._mark``, ``Gate._read``): the
+# browser is told so (``Max-Age``) and the console holds it to it, so a copy kept past it (a
+# profile backed up, a cookie read off a shared computer) is nobody's. The session cookie has no
+# ``Max-Age`` (it ends with the browser; the session's own ends are the store's).
+LOGIN_AGE, DEVICE_AGE, NOTICE_AGE = 1800, 30 * 86400, 300
 
 # The session cookie's name up to 19cb230, still read over plain HTTP (sessions survive an
 # upgrade); only one signed with this console's key is taken, like any other.
@@ -132,9 +137,10 @@ class Gate:
     def __post_init__(self) -> None:
         check_secret_key(self.secret_key)
         self._session = Signer(self.secret_key, salt="tether-console-session")
-        self._login = Signer(self.secret_key, salt="tether-console-login")
-        self._device = Signer(self.secret_key, salt="tether-console-device")
-        self._notice = Signer(self.secret_key, salt="tether-console-notice")
+        # Signed with the time they were set: read only within their age (``_read``).
+        self._login = TimestampSigner(self.secret_key, salt="tether-console-login")
+        self._device = TimestampSigner(self.secret_key, salt="tether-console-device")
+        self._notice = TimestampSigner(self.secret_key, salt="tether-console-notice")
         self._hashing: anyio.CapacityLimiter | None = None
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
         self.device_cookie = self.login_cookie.replace("tether_login_", "tether_device_")
@@ -207,11 +213,14 @@ class Gate:
         self._end_presented(request)
         for legacy in self._session_names[1:]:
             self._forget(response, legacy)
-        self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
+        # No Max-Age: a cookie of the browser's session, never written to its profile to be sent
+        # again after the browser is closed and opened (the next person at a shared computer).
+        self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), None)
         self._forget(response, self.login_cookie)
 
-    def _cookie(self, response: Response, name: str, signed: bytes, max_age: int) -> None:
-        """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide."""
+    def _cookie(self, response: Response, name: str, signed: bytes, max_age: int | None) -> None:
+        """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide;
+        ``max_age`` ``None``: it ends when the browser does."""
         response.set_cookie(
             name,
             signed.decode("ascii"),
@@ -263,14 +272,27 @@ class Gate:
 
     def set_login_cookie(self, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
-        self._cookie(response, self.login_cookie, self._login.sign(value.encode("ascii")), 1800)
+        self._mark(response, self.login_cookie, self._login, value, LOGIN_AGE)
+
+    def _mark(self, response: Response, name: str, signer: TimestampSigner, value: str, age: int) -> None:
+        """Set cookie ``name`` to ``value`` signed with the time, for ``age`` seconds (``_read``)."""
+        self._cookie(response, name, signer.sign(value.encode()), age)
+
+    def _read(self, request: Request, name: str, signer: TimestampSigner, age: int) -> str | None:
+        """The value of cookie ``name`` if ``signer`` signed it less than ``age`` seconds ago: a
+        copy kept past the ``Max-Age`` the browser was given (which only the browser kept to)
+        reads as no cookie."""
+        try:
+            return signer.unsign(request.cookies.get(name) or "", max_age=age).decode()
+        except (BadSignature, UnicodeDecodeError):  # SignatureExpired is one
+            return None
 
     def mark_device(self, response: Response, name: str) -> None:
         """This browser signed in as ``name``: a signed cookie that says so (30 days; sign-out
         keeps it), so its next sign-ins count as its own, not its address's (``device``). It
         holds a stamp of the person's password as it is now (``_stamp``): a new one unmarks it."""
-        value = f"{name}:{self._stamp(name)}:{secrets.token_urlsafe(16)}".encode("ascii")
-        self._cookie(response, self.device_cookie, self._device.sign(value), 30 * 86400)
+        value = f"{name}:{self._stamp(name)}:{secrets.token_urlsafe(16)}"
+        self._mark(response, self.device_cookie, self._device, value, DEVICE_AGE)
 
     def _stamp(self, name: str) -> str:
         """A keyed digest of ``name``'s stored password hash (``""``: no such or a disabled person)."""
@@ -285,9 +307,8 @@ class Gate:
         whatever address it shares (a proxy, a NAT, the loopback of a shared host) with guessers;
         ``None`` for any other browser, and for one that signed in before the password changed
         (whoever signed in with a leaked password is no device of the person once it is reset)."""
-        try:
-            value = self._device.unsign(request.cookies.get(self.device_cookie) or "").decode("ascii")
-        except (BadSignature, UnicodeDecodeError):
+        value = self._read(request, self.device_cookie, self._device, DEVICE_AGE)
+        if value is None:
             return None
         who, stamp, nonce = [*value.split(":", 2), "", ""][:3]  # a user name holds no ':'
         if who != name or not nonce or not stamp or not _same(stamp, self._stamp(name)):
@@ -299,14 +320,13 @@ class Gate:
         a signed cookie naming the session and the page (a link's query string said it, so any
         link showed "Approved." on any page, to anyone)."""
         if principal.session:
-            value = f"{principal.session}|{path}|{notice}".encode()
-            self._cookie(response, self.notice_cookie, self._notice.sign(value), 300)
+            value = f"{principal.session}|{path}|{notice}"
+            self._mark(response, self.notice_cookie, self._notice, value, NOTICE_AGE)
 
     def notice(self, request: Request, principal: Principal | None) -> str:
         """The notice ``flash`` left for this session on this page, or ``""``."""
-        try:
-            value = self._notice.unsign(request.cookies.get(self.notice_cookie) or "").decode()
-        except (BadSignature, UnicodeDecodeError):
+        value = self._read(request, self.notice_cookie, self._notice, NOTICE_AGE)
+        if value is None:
             return ""
         session, _, rest = value.partition("|")
         path, _, notice = rest.rpartition("|")
@@ -317,10 +337,8 @@ class Gate:
         self._forget(response, self.notice_cookie)
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
-        cookie = request.cookies.get(self.login_cookie, "")
-        try:
-            expected = self._login.unsign(cookie).decode("ascii")
-        except (BadSignature, UnicodeDecodeError):
+        expected = self._read(request, self.login_cookie, self._login, LOGIN_AGE)
+        if expected is None:
             return False
         return self.same_origin(request) and bool(supplied) and _same(supplied or "", expected)
 
