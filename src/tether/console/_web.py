@@ -1,7 +1,8 @@
 """Who is asking, and whether a state change may proceed: session cookies, API tokens, CSRF.
 
 - A session cookie holds a random id, signed, ``HttpOnly``, ``SameSite=Strict``, ``Secure`` over
-  HTTPS; the store keeps only its digest. Browsers share one cookie jar per host, whatever the
+  HTTPS, with no ``Max-Age`` (it ends with the browser); the store keeps only its digest. The
+  sign-in, device and notice cookies are signed with their time and read only within their age. Browsers share one cookie jar per host, whatever the
   port, so each console names its cookies after its signing key (``cookie_names``: two consoles
   never overwrite each other's), with the ``__Host-`` prefix over HTTPS.
 - Programs send ``Authorization: Bearer <token>``; a bad token is refused even beside a cookie.
