@@ -2,9 +2,10 @@
 
 - A session cookie holds a random id, signed, ``HttpOnly``, ``SameSite=Strict``, ``Secure`` over
   HTTPS, with no ``Max-Age`` (it ends with the browser); the store keeps only its digest. The
-  sign-in, device and notice cookies are signed with their time and read only within their age. Browsers share one cookie jar per host, whatever the
-  port, so each console names its cookies after its signing key (``cookie_names``: two consoles
-  never overwrite each other's), with the ``__Host-`` prefix over HTTPS.
+  sign-in, device and notice cookies are signed with their time and read only within their age.
+  Browsers share one cookie jar per host, whatever the port, so each console names its cookies
+  after its signing key (``cookie_names``: two consoles never overwrite each other's), with the
+  ``__Host-`` prefix over HTTPS.
 - Programs send ``Authorization: Bearer <token>``; a bad token is refused even beside a cookie.
 - Every state change by a session carries its CSRF token (form field or ``X-CSRF-Token``) and no
   cross-site ``Origin``; sign-in has a signed double-submit token. Bearer requests need none: a
