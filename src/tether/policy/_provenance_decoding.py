@@ -111,7 +111,10 @@ def _once(value: str) -> list[str]:
 
 def _base64_once(value: str) -> list[str]:
     """The texts ``value`` holds in base64: its blocks of lines, the whole as a lenient decoder
-    reads it, and its long words."""
+    reads it, and its long words. None in a value of fewer than ``_SHORTEST`` characters: each
+    reading needs that many base64 characters of it (most arguments: keys, ids, names)."""
+    if len(value) < _SHORTEST:
+        return []
     out = [text for block in _base64_blocks(value) if (text := _base64_text(block))]
     for text in (_lenient_base64(value), *map(_base64_text, _base64_words(value))):
         if text and text not in out:

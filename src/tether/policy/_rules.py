@@ -65,7 +65,7 @@ class Allowlist:
         """``deny`` matches any name a deployer may write for the tool (``rule_names``: a deployer
         who writes ``delete_order`` for ``erp__delete_order`` gets the denial); ``allow`` only the
         offered name, so no other source's tool of that name is allowed by it."""
-        if not self.deny.isdisjoint(folded(n) for n in rule_names(tool_name, remote_name)):
+        if self.deny and not self.deny.isdisjoint(folded(n) for n in rule_names(tool_name, remote_name)):
             return False
         return self.allow is None or harness or tool_name in self.allow
 
