@@ -293,6 +293,8 @@ class OpenAIResponses(OpenAIBackend):
         unsendable = 0  # reasoning items that could not be sent back
         for item in output:
             kind = item.get("type")
+            if kind == "message" and item.get("role", "assistant") != "assistant":
+                continue  # another role's message (a proxy that echoes the input): not the answer
             if kind == "message":
                 for part in item.get("content") or ():
                     # a part's text null (a translating proxy's) is none, as an empty one is
