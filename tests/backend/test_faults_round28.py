@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, Case, case_params, good, only, run_case
+from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case
 from test_faults_round4 import SERVERS4, Raw, head_body
 from test_faults_round26 import text_twice
 
@@ -180,6 +180,24 @@ def whole_message_last(differs: bool) -> Callable[[str, bool, list[Any]], list[A
     return edit
 
 
+def calls_only_whole(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Chat, streamed, a preamble and a call: the call not in any delta, only in the finish chunk's
+    whole message (with the preamble the deltas said)."""
+    items = whole_message_last(False)(p, s, items)
+    for i in items:
+        for c in i.get("choices") or () if isinstance(i, dict) else ():
+            (c.get("delta") or {}).pop("tool_calls", None)
+    return items
+
+
+def preamble_then_answer(edit: Callable[[str, bool, list[Any]], list[Any]]) -> Make:
+    """Text and the call in one turn, changed by ``edit``, then the answer."""
+    return lambda p, s: [
+        Reply(content="Let me look.", tool_calls=(ORDER,), edit=lambda items: edit(p, s, items)),
+        Reply.text(ANSWER),
+    ]
+
+
 def tail_as_206(data: bytes) -> bytes:
     """The answer (a stream, sent in HTTP chunks) as a ``206 Partial Content`` of its tail: the
     events from the fourth on, with the ``content-range`` they are."""
@@ -282,6 +300,8 @@ CASES = [
          modes=STREAM),
     Case("the_output_echoes_the_user_message", only(R, good(edit=user_echo)), True, modes=WHOLE),
     Case("the_whole_message_again_in_the_finish_chunk", only(C, good(edit=whole_message_last(False))), True,
+         modes=STREAM),
+    Case("a_call_only_in_the_whole_message_after_text", only(C, preamble_then_answer(calls_only_whole)), True,
          modes=STREAM),
     # -- fixed: a model error, retried once, never accepted ------------------------------------
     Case("another_message_in_the_finish_chunk", only(C, text_twice(whole_message_last(True))), False,

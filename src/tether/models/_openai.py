@@ -391,16 +391,20 @@ class _Choice:
 
     def repeated(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """A whole ``message`` in a chunk after deltas said pieces of it (a server that ends the
-        stream with the message whole): said already, so nothing more (before: its text was
-        added again, the answer doubled and accepted); one that says other text or other calls
-        than the deltas did is an unreadable stream."""
+        stream with the message whole): what the deltas said is not said again (before: its
+        text was added again, the answer doubled and accepted); what they did not is returned,
+        as a delta; text or calls said otherwise than the deltas said are an unreadable stream."""
         text = parts_text(message.get("content"))
-        calls = [(c.get("function") or {}) for c in _listed(message.get("tool_calls")) if isinstance(c, dict)]
-        listed = [(f.get("name"), arguments_text(f.get("arguments"))) for f in calls]
+        calls = [c for c in _listed(message.get("tool_calls")) if isinstance(c, dict)]
+        fns = [c.get("function") or {} for c in calls]
+        listed = [(f.get("name"), arguments_text(f.get("arguments"))) for f in fns]
         said = [(c["name"], "".join(c["arguments"])) for _, c in sorted(self.calls.items())]
-        if (text is not None and text != "".join(self.text)) or (listed and listed != said):
+        if (text and self.text and text != "".join(self.text)) or (listed and said and listed != said):
             raise Retryable("stream_unreadable", "a chunk gave the whole message otherwise than its deltas")
-        return {}
+        new: dict[str, Any] = {"content": text} if text and not self.text else {}
+        if listed and not said:
+            new["tool_calls"] = [{"index": n, **c} for n, c in enumerate(calls)]
+        return new
 
 
 class _Stream:
