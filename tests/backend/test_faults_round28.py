@@ -32,6 +32,10 @@ Fixed here:
 - a Responses output that lists a message of another role than the assistant's (a proxy that
   echoes the user's input into the output): its text was joined into the answer. Only the
   assistant's messages are the answer's now (``_responses._parse``);
+- an ``error`` object that says nothing (every field ``null``: a translating proxy that writes
+  every field of its schema) beside a good answer, whole or in every stream event, on every
+  protocol: the answer was refused as an error and retried to ``model_error``. An error that
+  says nothing is none (``_failures.is_error``), as ``"error": null`` already was;
 - a finish or stop reason spelled in another case style (``endTurn``, ``toolCalls``,
   ``tool-calls``, ``END TURN``, `` STOP ``, as translating proxies and SDKs of other languages
   write them): an unknown finish, the normal answer refused and a turn's calls never run
@@ -198,6 +202,18 @@ def preamble_then_answer(edit: Callable[[str, bool, list[Any]], list[Any]]) -> M
     ]
 
 
+def null_error(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """An ``error`` object of nulls beside the answer: in the whole answer (and a Responses
+    terminal response), in every stream event."""
+    nulls = {"message": None, "type": None, "code": None, "param": None}
+    for i in items:
+        if isinstance(i, dict):
+            i["error"] = dict(nulls)
+            if isinstance(i.get("response"), dict):
+                i["response"]["error"] = dict(nulls)
+    return items
+
+
 def tail_as_206(data: bytes) -> bytes:
     """The answer (a stream, sent in HTTP chunks) as a ``206 Partial Content`` of its tail: the
     events from the fourth on, with the ``content-range`` they are."""
@@ -303,6 +319,7 @@ CASES = [
          modes=STREAM),
     Case("a_call_only_in_the_whole_message_after_text", only(C, preamble_then_answer(calls_only_whole)), True,
          modes=STREAM),
+    Case("an_error_object_of_nulls_beside_the_answer", good(edit=null_error), True),
     # -- fixed: a model error, retried once, never accepted ------------------------------------
     Case("another_message_in_the_finish_chunk", only(C, text_twice(whole_message_last(True))), False,
          ("whole message otherwise than its deltas", "gave up"), modes=STREAM),
