@@ -36,6 +36,10 @@ Fixed here:
   every field of its schema) beside a good answer, whole or in every stream event, on every
   protocol: the answer was refused as an error and retried to ``model_error``. An error that
   says nothing is none (``_failures.is_error``), as ``"error": null`` already was;
+- a Responses ``status`` spelled in capitals: ``Completed`` beside ``incomplete_details`` (the
+  answer cut at ``max_output_tokens``) passed for a normal end, the cut answer accepted (exit 0);
+  a stale ``IN_PROGRESS`` in ``response.completed`` was an unknown end (``model_error``). Read
+  as the API spells it now (``_responses._status``);
 - a finish or stop reason spelled in another case style (``endTurn``, ``toolCalls``,
   ``tool-calls``, ``END TURN``, `` STOP ``, as translating proxies and SDKs of other languages
   write them): an unknown finish, the normal answer refused and a turn's calls never run
@@ -214,6 +218,27 @@ def null_error(p: str, s: bool, items: list[Any]) -> list[Any]:
     return items
 
 
+def status_spelled(status: str) -> Callable[[str, bool, list[Any]], list[Any]]:
+    """Responses: the response's status spelled ``status`` (a terminal ``response.incomplete``
+    sent as ``response.completed``, its response saying so in that spelling)."""
+
+    def edit(p: str, s: bool, items: list[Any]) -> list[Any]:
+        for i in items:
+            if i.get("type") == "response.incomplete":
+                i["type"] = "response.completed"
+            held = i.get("response") if s else i
+            if isinstance(held, dict) and held.get("status") in ("completed", "incomplete"):
+                held["status"] = status
+        return items
+
+    return edit
+
+
+def cut_said_completed(p: str, s: bool) -> list[Reply]:
+    edit = status_spelled("Completed")
+    return [Reply.text(ANSWER, finish_reason="max_output_tokens", edit=lambda items: edit(p, s, items))]
+
+
 def tail_as_206(data: bytes) -> bytes:
     """The answer (a stream, sent in HTTP chunks) as a ``206 Partial Content`` of its tail: the
     events from the fourth on, with the ``content-range`` they are."""
@@ -320,6 +345,11 @@ CASES = [
     Case("a_call_only_in_the_whole_message_after_text", only(C, preamble_then_answer(calls_only_whole)), True,
          modes=STREAM),
     Case("an_error_object_of_nulls_beside_the_answer", good(edit=null_error), True),
+    Case("a_responses_status_in_capitals", only(R, good(edit=status_spelled("COMPLETED"))), True),
+    Case("a_stale_status_in_capitals", only(R, good(edit=status_spelled("IN_PROGRESS"))), True, modes=STREAM),
+    Case("a_cut_answer_said_completed_in_capitals", only(R, cut_said_completed), False,
+         ("max_output_tokens",),
+         stop="truncated"),
     # -- fixed: a model error, retried once, never accepted ------------------------------------
     Case("another_message_in_the_finish_chunk", only(C, text_twice(whole_message_last(True))), False,
          ("whole message otherwise than its deltas", "gave up"), modes=STREAM),

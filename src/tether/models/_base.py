@@ -26,6 +26,7 @@ __all__ = [
     "repeated_prefix",
     "short_call_id",
     "shown_call_names",
+    "spelled",
     "unique_call_ids",
     "whole_json",
     "whole_text",
@@ -98,7 +99,7 @@ def finish_of(raw: object) -> Finish:
     passes for one."""
     if not isinstance(raw, str):
         return "unknown"
-    name = _spelled(raw)
+    name = spelled(raw)
     known = _FINISHES.get(name)
     if known is not None:
         return known
@@ -112,7 +113,7 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[\s\-.]+")
 
 
-def _spelled(raw: str) -> str:
+def spelled(raw: str) -> str:
     """A finish as the table spells it: in lower case, its words joined by ``_`` however the
     server joined them (``endTurn``, ``tool-calls``, ``END TURN``, `` stop\\n``: before, each an
     unknown finish, a normal answer refused and a turn's calls never run)."""
