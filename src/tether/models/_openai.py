@@ -581,7 +581,7 @@ def _whole_json(call: dict[str, Any]) -> bool:
 def _listed(calls: Any) -> Any:
     """A message's (or delta's) ``tool_calls``: one call sent as an object, not a list of one (a
     server that writes a single call bare), is that list, as content sent as one part object is
-    (``_text``); none is no calls; a list as sent."""
+    (``_content.parts_text``); none is no calls; a list as sent."""
     return [calls] if isinstance(calls, dict) else calls or ()
 
 
