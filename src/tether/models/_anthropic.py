@@ -55,6 +55,9 @@ from tether.core.messages import (
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import MAX_COUNT, ModelRequest, ModelResponse, count, halved, may_hold_half
+from tether.models._content import block_said, text_of
+from tether.models._content import listed_blocks as _listed
+from tether.models._content import piece as _piece
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed, streamed
 from tether.models._sse import Ending, events, until_cut
@@ -246,7 +249,7 @@ class AnthropicMessages(HTTPBackend):
         for block in content:
             kind = block.get("type")
             if kind == "text":
-                turn.text.append(str(block.get("text") or ""))
+                turn.text.append(text_of(block.get("text"), "a text block"))
             elif kind == "tool_use":
                 arguments = arguments_text(block.get("input")) or "{}"
                 turn.calls.append([str(block.get("id") or ""), str(block.get("name") or ""), [arguments]])
@@ -310,7 +313,7 @@ class AnthropicMessages(HTTPBackend):
                 why = "a block began or grew after the stop reason, and the stream ended without message_stop"
             why += f" ({len(blocks.order)} blocks)"
             raise Retryable("stream_incomplete", why)
-        for block in blocks.order:
+        for block in blocks.settled():
             btype = block.get("type")
             if btype == "text":
                 turn.text.append(_piece(block.get("text")))
@@ -382,6 +385,7 @@ class _Blocks:
         self.order: list[dict[str, Any]] = []
         self.at: dict[object, dict[str, Any]] = {}
         self.stopped: set[int] = set()  # the blocks (by ``id``) a ``content_block_stop`` ended
+        self.given: dict[object, dict[str, Any]] = {}  # the blocks ``message_start`` held, by index
 
     @classmethod
     def held(cls, content: Any) -> _Blocks:
@@ -392,6 +396,7 @@ class _Blocks:
         content = _listed(content)
         for block in content if isinstance(content, list) else ():
             blocks.start(None, {**block, "_json": []} if block.get("type") == "tool_use" else dict(block))
+        blocks.given = dict(blocks.at)
         return blocks
 
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
@@ -403,9 +408,26 @@ class _Blocks:
             # what follows under the index would be read as whose?
             why = f"a {block.get('type')} block began at index {index} over a call whose input is not whole"
             raise Retryable("stream_unreadable", why)
+        again = self.given.pop(index, None) if index is not None else None
+        if again is not None and again.get("type") == block.get("type"):
+            block["_again"] = again  # the block ``message_start`` held, begun again (``settled``)
         self.order.append(block)
         self.at[len(self.order) - 1 if index is None else index] = block
         return block
+
+    def settled(self) -> list[dict[str, Any]]:
+        """The blocks in order, each that ``message_start`` held whole and the events then began
+        again at its index (a proxy that gives the message whole and streams it too) read once:
+        said again as it was, the repeat stands for it (before: its text was read twice, the
+        answer doubled and accepted); said otherwise, which is the answer's? Unreadable."""
+        order = self.order
+        for block in [b for b in order if "_again" in b]:
+            was = block.pop("_again")
+            if block_said(block) != block_said(was):
+                why = f"a {block.get('type')} block message_start gave whole was said again otherwise"
+                raise Retryable("stream_unreadable", why)
+            order = [b for b in order if b is not was]
+        return order
 
     def stop(self, index: object) -> None:
         """A block said whole. A stop for an index no block began (its ``content_block_start``
@@ -453,23 +475,6 @@ class _Blocks:
             # to append: a proxy that also gives it in ``content_block_start`` would send it back
             # twice over, and the API refuses the next request's thinking block).
             block["signature"] = delta["signature"]
-
-
-def _listed(content: Any) -> Any:
-    """A message's ``content`` as a list of blocks: text sent bare (a proxy that writes the
-    answer as the request's string form) is its one text block, a block sent unlisted its one
-    block (before: "not a message", unusable on every try); anything else as sent."""
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return [content] if isinstance(content, dict) else content
-
-
-def _piece(value: Any) -> Any:
-    """A piece of text, input JSON or thinking as a block or its delta gives it: ``null`` (a
-    translating proxy that writes each field it has no value for) is ``""``, nothing, as the
-    chat reader takes a ``null`` content (before: an internal ``TypeError``, the answer retried
-    as unusable on every try); anything else as sent (a number is no piece: unusable)."""
-    return "" if value is None else value
 
 
 def _block_index(value: object) -> object:

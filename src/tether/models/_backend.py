@@ -450,6 +450,9 @@ class HTTPBackend(RetryingBackend):
 
         response = await self._post(body)
         try:
+            if response.status_code in _PARTIAL:  # a range, or a delta, of an answer: never one whole
+                said = f"HTTP {response.status_code} {_PARTIAL[response.status_code]}"
+                raise unusable(f"{said}: a part of an answer, when the request asked for the whole")
             if (undecodable := self.failures.encoding(response)) is not None:
                 raise undecodable
             # Read as the answer is, not as it was asked for or labelled: a server that ignores
@@ -532,6 +535,9 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
+# 2xx answers whose body is no whole answer (RFC 9110, RFC 3229): a 206 from a cache or proxy
+# holds a range of one (the tail of a stream read as the whole answer: before, accepted).
+_PARTIAL = {206: "Partial Content", 226: "IM Used"}
 
 
 def _ids_as_text(message: AssistantMessage) -> AssistantMessage:

@@ -26,6 +26,7 @@ __all__ = [
     "repeated_prefix",
     "short_call_id",
     "shown_call_names",
+    "spelled",
     "unique_call_ids",
     "whole_json",
     "whole_text",
@@ -98,7 +99,7 @@ def finish_of(raw: object) -> Finish:
     passes for one."""
     if not isinstance(raw, str):
         return "unknown"
-    name = raw.lower()
+    name = spelled(raw)
     known = _FINISHES.get(name)
     if known is not None:
         return known
@@ -106,6 +107,18 @@ def finish_of(raw: object) -> Finish:
     if words & _REFUSED_WORDS:
         return "refused"
     return "length" if words & _LENGTH_WORDS else "unknown"
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[\s\-.]+")
+
+
+def spelled(raw: str) -> str:
+    """A finish as the table spells it: in lower case, its words joined by ``_`` however the
+    server joined them (``endTurn``, ``tool-calls``, ``END TURN``, `` stop\\n``: before, each an
+    unknown finish, a normal answer refused and a turn's calls never run)."""
+    name = raw.lower() if raw.islower() else _CAMEL.sub("_", raw).lower()
+    return _SEPARATORS.sub("_", name.strip()).strip("_") if not name.isidentifier() else name
 
 
 def later_finish(previous: str | None, raw: object) -> str | None:

@@ -116,8 +116,14 @@ def _until(date: str) -> float:
 def is_error(data: Mapping[str, object]) -> bool:
     """Whether a JSON object where an answer or a stream event should be is an error object, in
     any protocol's form: an ``error`` field (OpenAI, OpenRouter, llama.cpp), ``type: error``
-    (Anthropic, a Responses ``error`` event), ``object: error`` (vLLM, LocalAI)."""
-    return bool(data.get("error")) or data.get("type") == "error" or data.get("object") == "error"
+    (Anthropic, a Responses ``error`` event), ``object: error`` (vLLM, LocalAI). An ``error``
+    that says nothing (``null``, ``{}``, an object of nulls: a translating proxy that writes every
+    field of its schema beside a good answer) is none: before, such an answer was refused as an
+    error and retried to ``model_error``."""
+    said = data.get("error")
+    if isinstance(said, dict) and said and all(v in (None, "", [], {}) for v in said.values()):
+        said = None
+    return bool(said) or data.get("type") == "error" or data.get("object") == "error"
 
 
 _STATUS = re.compile(r"[0-9]{3}")  # a status code written as text

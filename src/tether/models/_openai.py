@@ -53,6 +53,7 @@ from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessag
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import MAX_CALL_ID, ModelRequest, ModelResponse, count, larger_usage, short_call_id
+from tether.models._content import parts_text, refusal_text
 from tether.models._failures import is_error
 from tether.models._json import loads
 from tether.models._memo import ConversationMemo
@@ -277,9 +278,9 @@ class OpenAICompatible(OpenAIBackend):
             )
             for c in _listed(wire.get("tool_calls")) or _legacy_call(wire)
         )
-        reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
-        content, finish = _text(wire.get("content")), choice.get("finish_reason")
-        refusal = wire.get("refusal") or _refusal(wire.get("content"))
+        reasoning = parts_text(wire.get("reasoning_content") or wire.get("reasoning"), any_kind=True)
+        content, finish = parts_text(wire.get("content")), choice.get("finish_reason")
+        refusal = wire.get("refusal") or refusal_text(wire.get("content"))
         if refusal:  # OpenAI's refusal field, or refusal parts: the answer is a refusal (``_REFUSED``)
             content, finish = content or str(refusal), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
@@ -364,20 +365,22 @@ class _Choice:
     def add(self, choice: Mapping[str, Any], on_delta: Any) -> None:
         """A chunk's delta for this choice (``on_delta`` None: not shown, another choice's)."""
         delta = _said(choice, "delta") or {}
+        if delta is choice.get("message") and (self.text or self.calls) and isinstance(delta, dict):
+            delta = self.repeated(delta)
         ending = self.ending
         if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
             ending.content()  # before its own finish: a chunk may carry both
         ending.said(choice.get("finish_reason"))
         piece = delta.get("content")
         if piece and not isinstance(piece, str):
-            if said := _refusal(piece):  # a list of parts: its refusal parts, if any
+            if said := refusal_text(piece):  # a list of parts: its refusal parts, if any
                 self.refused.append(said)
-            piece = _text(piece)
+            piece = parts_text(piece)
         _piece(self.text, piece, "text", on_delta)
         piece = delta.get("refusal")
         if piece:
             self.refused.append(piece)
-        piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
+        piece = parts_text(delta.get("reasoning_content") or delta.get("reasoning"), any_kind=True)
         _piece(self.thought, piece, "reasoning", on_delta)
         legacy = "function_call" in delta and not delta.get("tool_calls")
         calls = _legacy_call(delta) if legacy else _listed(delta.get("tool_calls"))
@@ -385,6 +388,23 @@ class _Choice:
             calls = [{"index": n, **tc} if isinstance(tc, dict) else tc for n, tc in enumerate(calls)]
         for tc in calls:
             _add_call_delta(self.calls, tc, on_delta)
+
+    def repeated(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """A whole ``message`` in a chunk after deltas said pieces of it (a server that ends the
+        stream with the message whole): what the deltas said is not said again (before: its
+        text was added again, the answer doubled and accepted); what they did not is returned,
+        as a delta; text or calls said otherwise than the deltas said are an unreadable stream."""
+        text = parts_text(message.get("content"))
+        calls = [c for c in _listed(message.get("tool_calls")) if isinstance(c, dict)]
+        fns = [c.get("function") or {} for c in calls]
+        listed = [(f.get("name"), arguments_text(f.get("arguments"))) for f in fns]
+        said = [(c["name"], "".join(c["arguments"])) for _, c in sorted(self.calls.items())]
+        if (text and self.text and text != "".join(self.text)) or (listed and said and listed != said):
+            raise Retryable("stream_unreadable", "a chunk gave the whole message otherwise than its deltas")
+        new: dict[str, Any] = {"content": text} if text and not self.text else {}
+        if listed and not said:
+            new["tool_calls"] = [{"index": n, **c} for n, c in enumerate(calls)]
+        return new
 
 
 class _Stream:
@@ -561,7 +581,7 @@ def _whole_json(call: dict[str, Any]) -> bool:
 def _listed(calls: Any) -> Any:
     """A message's (or delta's) ``tool_calls``: one call sent as an object, not a list of one (a
     server that writes a single call bare), is that list, as content sent as one part object is
-    (``_text``); none is no calls; a list as sent."""
+    (``_content.parts_text``); none is no calls; a list as sent."""
     return [calls] if isinstance(calls, dict) else calls or ()
 
 
@@ -569,28 +589,6 @@ def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
     """A ``function_call`` (the protocol's older single call, still documented) as a tool call."""
     fn = message.get("function_call")
     return ({"index": 0, "function": fn},) if isinstance(fn, dict) else ()
-
-
-def _text(content: Any) -> str | None:
-    """A message's content as text: a string, or the text of a list of parts (``{"type":
-    "text", "text": ...}``, as some servers answer; parts of other kinds carry no answer)."""
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, dict):
-        content = [content]
-    if isinstance(content, list):
-        parts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, (str, dict))]
-        return "".join(p for p in parts if isinstance(p, str)) or None
-    return str(content)
-
-
-def _refusal(content: Any) -> str:
-    """The text of a message content's ``refusal`` parts (``{"type": "refusal", "refusal":
-    ...}``, as a request writes an assistant's refusal and some servers answer); "" for none."""
-    parts = [content] if isinstance(content, dict) else content if isinstance(content, list) else ()
-    return "".join(
-        str(p.get("refusal") or "") for p in parts if isinstance(p, dict) and p.get("type") == "refusal"
-    )
 
 
 def _call_id() -> str:

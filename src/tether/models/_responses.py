@@ -46,7 +46,7 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, spelled
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
@@ -278,7 +278,7 @@ class OpenAIResponses(OpenAIBackend):
     ) -> ModelResponse:
         usage = _usage(data.get("usage") or {})
         billed(usage)  # counted even if the answer is then refused
-        status = data.get("status")
+        status = _status(data)  # ``Completed``, ``INCOMPLETE``: the API's words, however spelled
         if status == "failed" or is_error(data):
             # Failed, or an error object beside the output (a streamed terminal event's response:
             # a whole answer's is read before it gets here, in ``HTTPBackend._attempt``).
@@ -293,6 +293,8 @@ class OpenAIResponses(OpenAIBackend):
         unsendable = 0  # reasoning items that could not be sent back
         for item in output:
             kind = item.get("type")
+            if kind == "message" and item.get("role", "assistant") != "assistant":
+                continue  # another role's message (a proxy that echoes the input): not the answer
             if kind == "message":
                 for part in item.get("content") or ():
                     # a part's text null (a translating proxy's) is none, as an empty one is
@@ -323,7 +325,7 @@ class OpenAIResponses(OpenAIBackend):
         # Items still under way: a whole answer's as listed, a stream's as its done events gave them
         # (a terminal output copied from a stale snapshot says its items are in progress).
         listed = data.get("output") if done is None else done
-        unfinished = _unfinished(listed) or any(i.get("status") == "incomplete" for i in output)
+        unfinished = _unfinished(listed) or any(_status(i) == "incomplete" for i in output)
         if status == "incomplete" or ((cut or unfinished) and status in ("completed", None)):
             # A response that says why it is incomplete, or has an item that says it is, is
             # incomplete whatever its status says (a server that always says completed): the
@@ -374,7 +376,7 @@ def _unfinished(output: object) -> bool:
     only for ``incomplete`` (they say ``in_progress`` as added: a server that sends no done
     events, a proxy that copies its first snapshot)."""
     items = output if isinstance(output, list) else ()
-    return any(isinstance(i, dict) and i.get("status") in ("incomplete", *_UNDER_WAY) for i in items)
+    return any(isinstance(i, dict) and _status(i) in ("incomplete", *_UNDER_WAY) for i in items)
 
 
 def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
@@ -385,9 +387,17 @@ def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
     answer whole. A ``response.completed`` whose response says it ended otherwise
     (``incomplete``, ``failed``, ``cancelled``) keeps that status: the worse word wins."""
     said = kind.removeprefix("response.")
-    if said == "completed" and response.get("status") not in (None, "", *_UNDER_WAY):
+    if said == "completed" and _status(response) not in (None, "", *_UNDER_WAY):
         return dict(response)
     return {**response, "status": said}
+
+
+def _status(response: Mapping[str, Any]) -> Any:
+    """A response's ``status`` as the API spells it (``_base.spelled``: ``Completed`` and
+    ``INCOMPLETE`` are ``completed`` and ``incomplete``; before, a capitalised ``Completed``
+    beside ``incomplete_details`` passed for a normal end, the cut answer accepted)."""
+    status = response.get("status")
+    return spelled(status) if isinstance(status, str) else status
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:
