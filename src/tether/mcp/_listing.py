@@ -34,6 +34,7 @@ __all__ = [
     "app_only",
     "offered_size",
     "usable_listing",
+    "without_repeats",
 ]
 
 MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
@@ -180,11 +181,15 @@ def _refused(result: Mapping[str, Any], version: str) -> str | None:
 
 def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     """A ``tools/list`` result without the tools the SDK would refuse it for, and those tools
-    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else."""
+    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else. Each
+    tool is first ``mended``; one the SDK refuses only for its icons is kept without them."""
     version = version or "2025-11-25"
     tools = result.get("tools")
     if not isinstance(tools, list):
         return result, {}
+    mended = [_mended(tool) for tool in tools]
+    if any(m is not t for m, t in zip(mended, tools, strict=True)):
+        result, tools = {**result, "tools": mended}, mended
     cut = any(isinstance(tool, dict) and CUT in tool for tool in tools)  # by the transport: too deep
     if not cut and _refused(result, version) is None:
         return result, {}
@@ -199,7 +204,38 @@ def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[st
         elif why is None:
             kept.append(tool)
             continue
+        elif isinstance(tool, dict) and "icons" in tool:  # (display only: never offered a model)
+            plain = {k: v for k, v in tool.items() if k != "icons"}
+            if _refused({**result, "tools": [plain]}, version) is None:
+                kept.append(plain)
+                continue
         name = tool.get("name") if isinstance(tool, dict) else None
         shown = escape_for_review(name, limit=200) if isinstance(name, str) and name else f"#{index}"
         dropped[shown] = f"invalid definition ({escape_for_review(why.replace('tools.0.', '', 1), 400)})"
     return {**result, "tools": kept}, dropped
+
+
+def _mended(tool: Any) -> Any:
+    """A listed tool whose input schema names no ``type`` (``{}`` for a tool of no arguments, or
+    ``properties`` alone, as servers on SDKs that never checked it write) with ``type: object``,
+    what its arguments always are (JSON-RPC params): the SDK refused the tool, left out of the
+    listing. Any other as it is."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    if isinstance(schema, dict) and "type" not in schema:
+        return {**tool, "inputSchema": {"type": "object", **schema}}
+    return tool
+
+
+def without_repeats(tools: Sequence[Any]) -> list[Any]:
+    """A listing's tools, each listed again exactly as before (a page repeating the end of the one
+    before it, as offset paging does when the list moves) taken once: it was blocked as a name
+    listed more than once. The same name listed with another definition is kept twice (blocked:
+    which one runs would be the server's choice)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for tool in tools:
+        key = (tool.name, tool.model_dump_json(by_alias=True, exclude_none=True))
+        if key not in seen:
+            seen.add(key)
+            out.append(tool)
+    return out

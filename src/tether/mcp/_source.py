@@ -36,7 +36,7 @@ from tether.mcp._failures import (
     is_modern,
     leaf,
 )
-from tether.mcp._listing import PinnedListing
+from tether.mcp._listing import PinnedListing, without_repeats
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import Pins, ToolCheck
 from tether.mcp._shown import secret_values, shown_launch
@@ -470,8 +470,8 @@ class McpServerSource:
                 why = "named a page it had already given" if digest in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(digest)
-        relay = self._relays.get(id(client))
-        if relay is not None:
+        tools = without_repeats(tools)
+        if (relay := self._relays.get(id(client))) is not None:
             tools = relay.with_output_schemas(tools)
         await self.listing.absorb(tools, getattr(relay, "dropped", {}))
         self._stale = self._change_traced = False
