@@ -48,14 +48,13 @@ def refusal(message: Any, methods: frozenset[str]) -> Any:
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
 
 
-def _refused(content: list[Any], version: str) -> str | None:
-    """Why the SDK refuses a call result of ``content``, or ``None``."""
+def _refused(result: dict[str, Any], version: str) -> str | None:
+    """Why the SDK refuses a call result, or ``None``."""
     from mcp_types.methods import validate_server_result
     from pydantic import ValidationError
 
     from tether.mcp._connection import describe_error
 
-    result = {"content": content}
     try:
         try:
             validate_server_result("tools/call", version, result)
@@ -70,18 +69,19 @@ def _refused(content: list[Any], version: str) -> str | None:
 
 def readable_content(result: Any, version: str | None) -> Any:
     """A ``tools/call`` result, each content block the SDK refuses replaced by a line naming it
-    (its index, its type, why); any other result as it is."""
+    (its index, its type, why); any other result as it is (one refused for more than its
+    content too)."""
     from tether.mcp._clean import escape_for_review
 
     content = result.get("content") if isinstance(result, dict) else None
     if not isinstance(content, list) or not content:
         return result
     version = version or _FALLBACK
-    if _refused(content, version) is None:  # (the common case: one check)
-        return result
+    if _refused(result, version) is None or _refused({**result, "content": []}, version) is not None:
+        return result  # (the first, one check, is the common case)
     mended: list[Any] = []
     for index, block in enumerate(content):
-        why = _refused([block], version)
+        why = _refused({**result, "content": [block]}, version)
         if why is None:
             mended.append(block)
             continue
