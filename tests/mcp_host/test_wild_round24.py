@@ -17,6 +17,9 @@ Found:
 * a listing whose second page repeated a tool exactly as the first gave it (offset paging when the
   list moved) had the tool blocked as listed more than once: now an exact repeat is one tool (a
   repeat with another definition is still blocked);
+* a server listing one tool a page, 122 tools, was refused whole ("its tool listing never
+  ended (went past 100 pages)"): now only pages listing no tool count toward that bound (a page
+  listing some nears the bound on tools, ``MAX_LISTED_TOOLS``);
 * a tool whose input schema names no ``type`` (``{}`` for a tool of no arguments; ``properties``
   alone) was left out as invalid: it is read as the object schema its arguments always are, and
   its properties still checked before the send;
@@ -134,6 +137,16 @@ async def test_a_page_repeating_a_tool_otherwise_still_has_it_blocked(tmp_path: 
     run, _ = await _run(tmp_path, _stdio("pages", "clash"), [*_lookups("a"), ("x__typed", {"key": "t"})])
     assert "x__lookup" not in run.offered() and VALUE.format("a") not in run.seen("x__lookup")[0]
     assert _served(run.seen("x__typed")[0], "t")
+
+
+async def test_a_server_listing_one_tool_a_page_past_100_pages_serves(tmp_path: Path) -> None:
+    """122 tools, one a page: all listed, and the first and the last page's tools served (before:
+    refused whole past 100 pages)."""
+    steps = [*_lookups("a"), ("x__typed", {"key": "t"}), ("x__more119", {"key": "m"})]
+    run, _ = await _run(tmp_path, _stdio("single", effects={**EFFECTS, "more119": "read"}), steps)
+    assert len([name for name in run.offered() if name.startswith("x__")]) == 122
+    assert _served(run.seen("x__lookup")[0], "a") and _served(run.seen("x__typed")[0], "t")
+    assert _served(run.seen("x__more119")[0], "m")
 
 
 async def test_schemas_without_a_type_and_bad_icons_are_read_and_a_broken_tool_left_out(

@@ -3,7 +3,8 @@ tool ``lookup`` answers ``value-of-<key>``; ``typed`` the same, with an output s
 
 Arguments: ``pages`` lists its tools over two pages, the second repeating ``lookup`` exactly as the
 first gave it (offset paging when the list moved); with ``clash`` too the repeat has another
-description. ``odd`` lists besides them ``bare`` (input schema ``{}``), ``loose`` (``properties``
+description. ``single`` lists ``lookup``, ``typed`` and 120 more tools one a page (cursors
+``"1"``…``"121"``). ``odd`` lists besides them ``bare`` (input schema ``{}``), ``loose`` (``properties``
 and no ``type``), ``iconic`` (an icon whose ``sizes`` is a string, as drafts of 2025-11-25 had
 it) and ``broken`` (an input schema that is a string).
 
@@ -101,6 +102,11 @@ def called(params: dict[str, Any]) -> dict[str, Any]:
 
 def listing(cursor: Any) -> dict[str, Any]:
     tools = [*TOOLS, *ODD] if "odd" in ARGS else TOOLS
+    if "single" in ARGS:
+        more = [{**TOOLS[0], "name": f"more{n}", "description": f"Tool {n}."} for n in range(120)]
+        at = int(cursor or 0)
+        rest = {"nextCursor": str(at + 1)} if at + 1 < len(TOOLS) + len(more) else {}
+        return {"tools": [*TOOLS, *more][at : at + 1], **rest}
     if "pages" not in ARGS:
         return {"tools": tools}
     if cursor is None:

@@ -16,10 +16,12 @@ has the host keep it from the model, and it was offered (the published system-mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tether.errors import UpstreamError
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
 from tether.mcp._deep import CUT
@@ -29,14 +31,21 @@ from tether.trace._events import EventKind
 
 __all__ = [
     "MAX_DEFINITION_CHARS",
+    "MAX_LISTED_TOOLS",
+    "MAX_LISTING_CHARS",
     "MAX_OFFERED_CHARS",
     "PinnedListing",
+    "all_pages",
     "app_only",
     "offered_size",
     "usable_listing",
     "without_repeats",
 ]
 
+MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
+# The same for the size of its definitions in JSON and its cursors, all pages together: each page
+# (or cursor) may come near the host's message limit, so 100 pages held 800 MiB.
+MAX_LISTING_CHARS = 32 * 1024 * 1024
 MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
 MAX_OFFERED_CHARS = 524_288  # all of one server's offered definitions: about 128k tokens
 # What of a definition a model is offered (``McpServerSource.specs``): its icons (``data:`` URIs of
@@ -239,3 +248,39 @@ def without_repeats(tools: Sequence[Any]) -> list[Any]:
             seen.add(key)
             out.append(tool)
     return out
+
+
+async def all_pages(client: Any, server: str) -> list[Any]:
+    """Every page of ``server``'s ``tools/list`` now (not the SDK's cache), its tools as listed.
+    Raises ``UpstreamError`` past ``MAX_LISTED_TOOLS`` or ``MAX_LISTING_CHARS``, at a cursor
+    given before, or past 100 pages listing no tool: a page listing some nears the tools' bound
+    (a server of one tool a page had 150 tools refused past 100 pages)."""
+    cursor: str | None = None
+    tools: list[Any] = []
+    cursors: set[bytes] = set()  # digests: a cursor may come near the message limit
+    size = empty = 0
+    while True:
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        tools.extend(page.tools)
+        size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
+        size += len(page.next_cursor or "")  # held and sent back: 100 of 7 MB held 800 MiB
+        if len(tools) > MAX_LISTED_TOOLS or size > MAX_LISTING_CHARS:
+            what = (
+                f"{MAX_LISTED_TOOLS} tools"
+                if size <= MAX_LISTING_CHARS
+                else f"{MAX_LISTING_CHARS} characters"
+            )
+            raise UpstreamError(f"server {server} failed: its tool listing went past {what}")
+        # An empty cursor ends it too, as clients written in JavaScript read it (``while (cursor)``).
+        if not (cursor := page.next_cursor):
+            return tools
+        digest = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
+        empty += not page.tools
+        if digest in cursors or empty > 100:  # never taken for a whole listing
+            why = (
+                "named a page it had already given"
+                if digest in cursors
+                else "went past 100 pages of no tools"
+            )
+            raise UpstreamError(f"server {server} failed: its tool listing never ended ({why})")
+        cursors.add(digest)
