@@ -30,7 +30,9 @@ Found:
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,7 @@ import pytest
 from tether.core.stop import StopReason
 from tether.mcphost._runner import run_question
 
-from .conftest import approve, honest_server, script, write_config
+from .conftest import _serve, approve, honest_server, script, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -104,6 +106,42 @@ async def test_a_declared_capability_is_still_answered_by_the_host(tmp_path: Pat
     said = run.seen("x__lookup")
     assert _served(said[0], "roots") and folder.as_uri() in said[0] and "-32601" not in said[0]
     assert '"code": -32601, "data": "sampling/createMessage"' in said[1]
+
+
+def _sdk_app() -> Any:
+    spec = importlib.util.spec_from_file_location("wild24_sdk_server", HERE / "wild24_sdk_server.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.mcp.streamable_http_app()
+
+
+@pytest.fixture
+def sdk_url() -> Iterator[str]:
+    """``wild24_sdk_server.py`` over Streamable HTTP on 127.0.0.1."""
+    yield from _serve(_sdk_app())
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_an_sdk_server_falling_back_on_method_not_found_serves(
+    tmp_path: Path, transport: str, request: pytest.FixtureRequest
+) -> None:
+    """``where`` (the official SDK) asks for roots and falls back to its own folder on ``-32601``
+    (before: ``-32600`` came back, which it takes for a failure: its call failed), over stdio and
+    HTTP; with roots declared it names them."""
+    entry: dict[str, Any] = {"name": "x", "mode": "legacy", "effects": {"where": "read"}, "timeout_s": 60}
+    if transport == "http":
+        entry["url"] = request.getfixturevalue("sdk_url")
+    else:
+        entry.update(command=[sys.executable, str(HERE / "wild24_sdk_server.py")], sandbox="none")
+    run, _ = await _run(tmp_path, entry, [("x__where", {})])
+    said = run.seen("x__where")[0]
+    assert "working in its own folder (the client has no roots)" in said and "error=" not in said
+    if transport == "stdio":
+        (folder := tmp_path / "work").mkdir()
+        (tmp_path / "again").mkdir()
+        run, _ = await _run(tmp_path / "again", {**entry, "roots": [folder.as_uri()]}, [("x__where", {})])
+        assert f"working in {folder.as_uri()}" in run.seen("x__where")[0]
 
 
 async def test_content_blocks_the_sdk_refuses_are_named_and_the_rest_read(tmp_path: Path) -> None:
