@@ -20,6 +20,10 @@ Found:
 * a server listing one tool a page, 122 tools, was refused whole ("its tool listing never
   ended (went past 100 pages)"): now only pages listing no tool count toward that bound (a page
   listing some nears the bound on tools, ``MAX_LISTED_TOOLS``);
+* a server declaring no ``tools`` capability (prompts or resources only) that answers
+  ``tools/list`` ``-32601`` could not be started ("Method not found"): it now lists no tools and
+  the run goes on (one declaring ``tools`` and refusing to list them still fails, named; one
+  declaring nothing that lists tools is served);
 * a tool whose input schema names no ``type`` (``{}`` for a tool of no arguments; ``properties``
   alone) was left out as invalid: it is read as the object schema its arguments always are, and
   its properties still checked before the send;
@@ -40,6 +44,7 @@ import anyio
 import pytest
 
 from tether.core.stop import StopReason
+from tether.errors import DependencyUnavailable
 from tether.mcphost._runner import run_question
 
 from .conftest import _serve, approve, honest_server, script, write_config
@@ -185,6 +190,23 @@ async def test_a_server_listing_one_tool_a_page_past_100_pages_serves(tmp_path: 
     assert len([name for name in run.offered() if name.startswith("x__")]) == 122
     assert _served(run.seen("x__lookup")[0], "a") and _served(run.seen("x__typed")[0], "t")
     assert _served(run.seen("x__more119")[0], "m")
+
+
+async def test_a_server_of_no_tools_lists_none_and_one_declaring_tools_must_list_them(
+    tmp_path: Path,
+) -> None:
+    """``notools`` (prompts only, ``tools/list`` refused ``-32601``) is approved with no tools and
+    the run goes on (before: it could not be started); ``nocaps`` (no capability declared, its
+    tools listed) serves; ``refuses`` (``tools`` declared, listing refused) still fails, named."""
+    (tmp_path / "none").mkdir()
+    run, skipped = await _run(tmp_path / "none", _stdio("notools"), [])
+    assert skipped == {} and not [name for name in run.offered() if name.startswith("x__")]
+    (tmp_path / "nocaps").mkdir()
+    run, _ = await _run(tmp_path / "nocaps", _stdio("nocaps"), _lookups("a"))
+    assert _served(run.seen("x__lookup")[0], "a")
+    config = write_config(tmp_path, [_stdio("refuses")])
+    with pytest.raises(DependencyUnavailable, match="could not be started: MCPError: Method not found"):
+        await approve(config, "x")
 
 
 async def test_schemas_without_a_type_and_bad_icons_are_read_and_a_broken_tool_left_out(

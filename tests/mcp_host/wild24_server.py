@@ -8,6 +8,10 @@ description. ``single`` lists ``lookup``, ``typed`` and 120 more tools one a pag
 and no ``type``), ``iconic`` (an icon whose ``sizes`` is a string, as drafts of 2025-11-25 had
 it) and ``broken`` (an input schema that is a string).
 
+``notools`` declares prompts only and answers ``tools/list`` ``-32601`` (a server of prompts or
+resources); ``refuses`` does the same declaring ``tools``; ``nocaps`` declares no capability at
+all and still lists its tools.
+
 Keys of ``lookup``: ``roots``, ``sampling``, ``elicit`` ask the host that request (during the
 call) and answer what came back; ``blocks`` answers its value beside content blocks the SDK
 refuses (a ``video``, an image without ``mimeType``, a resource link without ``name``, a text of
@@ -119,9 +123,15 @@ def answer(ident: Any, method: str, params: dict[str, Any]) -> None:
     if method == "initialize":
         result: dict[str, Any] = {
             "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-            "capabilities": {"tools": {}},
+            "capabilities": {"prompts": {}}
+            if "notools" in ARGS
+            else {}
+            if "nocaps" in ARGS
+            else {"tools": {}},
             "serverInfo": {"name": "wild24", "version": "1.0"},
         }
+    elif method == "tools/list" and ARGS & {"notools", "refuses"}:
+        return send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": "Method not found"}})
     elif method == "tools/list":
         result = listing(params.get("cursor"))
     elif method == "tools/call":

@@ -254,13 +254,20 @@ async def all_pages(client: Any, server: str) -> list[Any]:
     """Every page of ``server``'s ``tools/list`` now (not the SDK's cache), its tools as listed.
     Raises ``UpstreamError`` past ``MAX_LISTED_TOOLS`` or ``MAX_LISTING_CHARS``, at a cursor
     given before, or past 100 pages listing no tool: a page listing some nears the tools' bound
-    (a server of one tool a page had 150 tools refused past 100 pages)."""
+    (a server of one tool a page had 150 tools refused past 100 pages). A server declaring no
+    ``tools`` capability that has no ``tools/list`` either (``-32601``: prompts or resources
+    only) lists none: it could not be started ("Method not found")."""
     cursor: str | None = None
     tools: list[Any] = []
     cursors: set[bytes] = set()  # digests: a cursor may come near the message limit
     size = empty = 0
     while True:
-        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        try:
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        except Exception as err:
+            if cursor is None and _no_tools(client, err):
+                return []
+            raise
         tools.extend(page.tools)
         size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
         size += len(page.next_cursor or "")  # held and sent back: 100 of 7 MB held 800 MiB
@@ -284,3 +291,17 @@ async def all_pages(client: Any, server: str) -> list[Any]:
             )
             raise UpstreamError(f"server {server} failed: its tool listing never ended ({why})")
         cursors.add(digest)
+
+
+def _no_tools(client: Any, err: Exception) -> bool:
+    """Whether ``err`` (from a first ``tools/list``) is a server's ``-32601`` that declared no
+    ``tools`` capability: a server with no tools, not a failure."""
+    from mcp.shared.exceptions import MCPError
+
+    if not isinstance(err, MCPError) or err.error.code != -32601:
+        return False
+    try:
+        capabilities = client.server_capabilities
+    except Exception:  # (not connected: no capabilities to read)
+        return False
+    return getattr(capabilities, "tools", None) is None
