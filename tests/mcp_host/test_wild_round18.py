@@ -430,7 +430,9 @@ async def test_requests_the_host_never_advertised_and_links_outside_its_roots_ar
     )
     assert run.result.stop_reason is StopReason.ACCEPTED
     unasked = run.seen("x__lookup")[0]
-    assert "value-of-a" in unasked and '"Sampling not supported"' in unasked and "elicitation={" in unasked
+    # (answered -32601, Method not found, since wild round 24: the host has no such method)
+    assert "value-of-a" in unasked and '"code": -32601, "message": "Method not found"' in unasked
+    assert '"data": "sampling/createMessage"' in unasked and "elicitation={" in unasked
     linked = run.seen("y__lookup")[0]
     assert "value-of-b" in linked and "resource_link not fetched: file:///etc/shadow" in linked
     assert "root:" not in linked  # (no line of the host's shadow file)

@@ -105,24 +105,24 @@ async def test_tools_the_sdk_refuses_are_left_out_and_the_server_and_its_valid_t
     hostile = w3("x", "invalid_tools", effects={"lookup": "read", "fine": "read", "twice": "read"})
     config = write_config(tmp_path, [hostile, w3("ok")], pins_from=tmp_path / "before" / "pins.db")
     review, pinned, skipped = await approve_server(config, "x", actor="tester")
-    why = "invalid definition (ValidationError: ListToolsResult: inputSchema.type: Field required)"
-    assert review.invalid["notype"] == why
-    assert set(review.invalid) == {"notype", "#2", "stringy", "twice"}
+    # (``notype``, whose schema names no type, is read as the object schema since wild round 24)
+    assert set(review.invalid) == {"#2", "stringy", "twice"}
     assert "name: Field required" in review.invalid["#2"] and "valid dictionary" in review.invalid["stringy"]
-    assert f"  INVALID notype: {why}: never offered (the server's other tools are)" in review.summary()
+    why = review.invalid["stringy"]
+    assert f"  INVALID stringy: {why}: never offered (the server's other tools are)" in review.summary()
     assert review.to_json()["invalid_tools"] == review.invalid
-    assert sorted(pinned) == ["fine"] and skipped.keys() == {"notype", "#2", "stringy", "twice"}
+    assert sorted(pinned) == ["fine", "notype"] and skipped.keys() == {"#2", "stringy", "twice"}
 
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__fine", {}), ("x__twice", {}), ("ok__lookup", {"key": "b"}), "done"
     )
     run = await run_question(config, "Q", steps)
     assert run.result.stop_reason is StopReason.ACCEPTED
-    assert sorted(run.offered()) == ["ok__lookup", "x__fine", "x__lookup"]
+    assert sorted(run.offered()) == ["ok__lookup", "x__fine", "x__lookup", "x__notype"]
     assert _value(run, "x__lookup", "a") and _value(run, "ok__lookup", "b")
     assert "fine answered" in run.seen("x__fine")[0] and "twice answered" not in run.seen("x__twice")[0]
     invalid = {b["tool"]: b["why"] for b in run.blocked if b.get("status") == "invalid"}
-    assert invalid == {offered_name("x", n): review.invalid[n] for n in ("notype", "#2", "stringy", "twice")}
+    assert invalid == {offered_name("x", n): review.invalid[n] for n in ("#2", "stringy", "twice")}
 
 
 # -- variables, as other clients' configs write them ----------------------------------------------
@@ -184,7 +184,8 @@ async def test_variables_with_defaults_are_expanded_and_an_unset_one_is_named(
         ("giant", "larger than the host accepts"),
         ("deep", "not valid JSON-RPC (Invalid JSON: recursion limit exceeded"),
         ("bad_utf8", "not valid JSON-RPC (Invalid JSON: invalid unicode code point"),
-        ("bad_content", "ValidationError: CallToolResult: content.0"),
+        # (a block the SDK refuses is named in place since wild round 24, the call not failed)
+        ("bad_content", "[content block #0 (hologram) the host could not read: ValidationError: type:"),
     ],
 )
 async def test_an_answer_that_is_not_mcp_fails_its_call_at_once_and_the_server_stays(

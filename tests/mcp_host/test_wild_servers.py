@@ -253,7 +253,7 @@ async def test_a_tool_listing_that_never_ends_is_refused_and_the_other_server_st
 ) -> None:
     config = write_config(tmp_path, [wild("w", "pages"), wild("ok", "")])
     with pytest.raises(
-        DependencyUnavailable, match=r"tool listing never ended \(went past 100 pages\)"
+        DependencyUnavailable, match=r"tool listing never ended \(went past 100 pages of no tools\)"
     ) as refused:
         await approve(config, "w")
     # The server started and answered (confined or not): the sandbox is not named as a cause.

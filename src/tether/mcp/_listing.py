@@ -16,10 +16,12 @@ has the host keep it from the model, and it was offered (the published system-mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tether.errors import UpstreamError
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
 from tether.mcp._deep import CUT
@@ -29,13 +31,21 @@ from tether.trace._events import EventKind
 
 __all__ = [
     "MAX_DEFINITION_CHARS",
+    "MAX_LISTED_TOOLS",
+    "MAX_LISTING_CHARS",
     "MAX_OFFERED_CHARS",
     "PinnedListing",
+    "all_pages",
     "app_only",
     "offered_size",
     "usable_listing",
+    "without_repeats",
 ]
 
+MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
+# The same for the size of its definitions in JSON and its cursors, all pages together: each page
+# (or cursor) may come near the host's message limit, so 100 pages held 800 MiB.
+MAX_LISTING_CHARS = 32 * 1024 * 1024
 MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
 MAX_OFFERED_CHARS = 524_288  # all of one server's offered definitions: about 128k tokens
 # What of a definition a model is offered (``McpServerSource.specs``): its icons (``data:`` URIs of
@@ -180,11 +190,15 @@ def _refused(result: Mapping[str, Any], version: str) -> str | None:
 
 def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:
     """A ``tools/list`` result without the tools the SDK would refuse it for, and those tools
-    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else."""
+    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else. Each
+    tool is first ``mended``; one the SDK refuses only for its icons is kept without them."""
     version = version or "2025-11-25"
     tools = result.get("tools")
     if not isinstance(tools, list):
         return result, {}
+    mended = [_mended(tool) for tool in tools]
+    if any(m is not t for m, t in zip(mended, tools, strict=True)):
+        result, tools = {**result, "tools": mended}, mended
     cut = any(isinstance(tool, dict) and CUT in tool for tool in tools)  # by the transport: too deep
     if not cut and _refused(result, version) is None:
         return result, {}
@@ -199,7 +213,95 @@ def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[st
         elif why is None:
             kept.append(tool)
             continue
+        elif isinstance(tool, dict) and "icons" in tool:  # (display only: never offered a model)
+            plain = {k: v for k, v in tool.items() if k != "icons"}
+            if _refused({**result, "tools": [plain]}, version) is None:
+                kept.append(plain)
+                continue
         name = tool.get("name") if isinstance(tool, dict) else None
         shown = escape_for_review(name, limit=200) if isinstance(name, str) and name else f"#{index}"
         dropped[shown] = f"invalid definition ({escape_for_review(why.replace('tools.0.', '', 1), 400)})"
     return {**result, "tools": kept}, dropped
+
+
+def _mended(tool: Any) -> Any:
+    """A listed tool whose input schema names no ``type`` (``{}`` for a tool of no arguments, or
+    ``properties`` alone, as servers on SDKs that never checked it write) with ``type: object``,
+    what its arguments always are (JSON-RPC params): the SDK refused the tool, left out of the
+    listing. Any other as it is."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    if isinstance(schema, dict) and "type" not in schema:
+        return {**tool, "inputSchema": {"type": "object", **schema}}
+    return tool
+
+
+def without_repeats(tools: Sequence[Any]) -> list[Any]:
+    """A listing's tools, each listed again exactly as before (a page repeating the end of the one
+    before it, as offset paging does when the list moves) taken once: it was blocked as a name
+    listed more than once. The same name listed with another definition is kept twice (blocked:
+    which one runs would be the server's choice)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for tool in tools:
+        key = (tool.name, tool.model_dump_json(by_alias=True, exclude_none=True))
+        if key not in seen:
+            seen.add(key)
+            out.append(tool)
+    return out
+
+
+async def all_pages(client: Any, server: str) -> list[Any]:
+    """Every page of ``server``'s ``tools/list`` now (not the SDK's cache), its tools as listed.
+    Raises ``UpstreamError`` past ``MAX_LISTED_TOOLS`` or ``MAX_LISTING_CHARS``, at a cursor
+    given before, or past 100 pages listing no tool: a page listing some nears the tools' bound
+    (a server of one tool a page had 150 tools refused past 100 pages). A server declaring no
+    ``tools`` capability that has no ``tools/list`` either (``-32601``: prompts or resources
+    only) lists none: it could not be started ("Method not found")."""
+    cursor: str | None = None
+    tools: list[Any] = []
+    cursors: set[bytes] = set()  # digests: a cursor may come near the message limit
+    size = empty = 0
+    while True:
+        try:
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        except Exception as err:
+            if cursor is None and _no_tools(client, err):
+                return []
+            raise
+        tools.extend(page.tools)
+        size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
+        size += len(page.next_cursor or "")  # held and sent back: 100 of 7 MB held 800 MiB
+        if len(tools) > MAX_LISTED_TOOLS or size > MAX_LISTING_CHARS:
+            what = (
+                f"{MAX_LISTED_TOOLS} tools"
+                if size <= MAX_LISTING_CHARS
+                else f"{MAX_LISTING_CHARS} characters"
+            )
+            raise UpstreamError(f"server {server} failed: its tool listing went past {what}")
+        # An empty cursor ends it too, as clients written in JavaScript read it (``while (cursor)``).
+        if not (cursor := page.next_cursor):
+            return tools
+        digest = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
+        empty += not page.tools
+        if digest in cursors or empty > 100:  # never taken for a whole listing
+            why = (
+                "named a page it had already given"
+                if digest in cursors
+                else "went past 100 pages of no tools"
+            )
+            raise UpstreamError(f"server {server} failed: its tool listing never ended ({why})")
+        cursors.add(digest)
+
+
+def _no_tools(client: Any, err: Exception) -> bool:
+    """Whether ``err`` (from a first ``tools/list``) is a server's ``-32601`` that declared no
+    ``tools`` capability: a server with no tools, not a failure."""
+    from mcp.shared.exceptions import MCPError
+
+    if not isinstance(err, MCPError) or err.error.code != -32601:
+        return False
+    try:
+        capabilities = client.server_capabilities
+    except Exception:  # (not connected: no capabilities to read)
+        return False
+    return getattr(capabilities, "tools", None) is None

@@ -17,6 +17,7 @@ from tether.errors import ConfigError
 from tether.mcp._connection import describe_error
 from tether.mcp._failures import enabled, is_modern
 from tether.mcp._listing import MAX_DEFINITION_CHARS
+from tether.mcp._mend import unsupported
 from tether.mcp._tasks import TaskRelay
 from tether.trace._events import EventKind
 
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
 __all__ = ["SAFE_ENV", "open_client", "prepare", "serve", "shielded"]
 
 # Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
+# The SDK callback answering each capability's requests (given only when the capability is on).
+CALLBACKS = {
+    "elicitation": "elicitation_callback",
+    "sampling": "sampling_callback",
+    "roots": "list_roots_callback",
+}
 SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
 
 
@@ -40,10 +47,6 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
     from tether.mcp._serverlog import log_notifications
 
-    # Every message passes the relay, which also sends the host's own task requests.
-    relay = TaskRelay(lambda: source.protocol_version, on_unsent=_unsent_dropped(source))
-    transport = relay.wrap(transport)
-
     # Log notifications go to the trace (2026-07-28 servers send them only when asked: log_level).
     callbacks: dict[str, Any] = {
         "logging_callback": log_notifications(source.name, source.emit),
@@ -56,6 +59,13 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
         callbacks["sampling_callback"] = shielded(source.name, "sampling/createMessage", source.sampling)
     if source.roots is not None:
         callbacks["list_roots_callback"] = shielded(source.name, "roots/list", source.roots)
+    # Every message passes the relay, which also sends the host's own task requests and answers
+    # the requests of capabilities not declared (``_mend``).
+    declared = [n for n, key in CALLBACKS.items() if key in callbacks]
+    relay = TaskRelay(
+        lambda: source.protocol_version, on_unsent=_unsent_dropped(source), unsupported=unsupported(declared)
+    )
+    transport = relay.wrap(transport)
     client = await stack.enter_async_context(
         Client(
             transport,

@@ -22,7 +22,7 @@ import anyio
 
 from tether.core._names import folded
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
-from tether.errors import ConfigError, DependencyUnavailable, ToolInputError, UpstreamError
+from tether.errors import ConfigError, DependencyUnavailable, ToolInputError
 from tether.mcp._calling import CapabilityBlocked, InputPending, call_tool, guarded
 from tether.mcp._config import SEPARATOR, offered_name
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
@@ -36,7 +36,7 @@ from tether.mcp._failures import (
     is_modern,
     leaf,
 )
-from tether.mcp._listing import PinnedListing
+from tether.mcp._listing import MAX_LISTED_TOOLS, MAX_LISTING_CHARS, PinnedListing, all_pages, without_repeats
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import Pins, ToolCheck
 from tether.mcp._shown import secret_values, shown_launch
@@ -52,10 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_LISTED_TOOLS", "MAX_LISTING_CHARS", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
-MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
-# The same for the size of its definitions in JSON and its cursors, all pages together: each page
-# (or cursor) may come near the host's message limit, so 100 pages held 800 MiB.
-MAX_LISTING_CHARS = 32 * 1024 * 1024
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -445,33 +441,8 @@ class McpServerSource:
     async def _list(self, client: Any) -> list[ToolCheck]:
         """List every page now (not the SDK's cache) and check it against the pins. The host lists
         only here: what the SDK lists on its own is never offered."""
-        cursor: str | None = None
-        tools: list[Any] = []
-        cursors: set[bytes] = set()  # digests: a cursor may come near the message limit
-        size = 0
-        while True:
-            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-            tools.extend(page.tools)
-            size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
-            size += len(page.next_cursor or "")  # held and sent back: 100 of 7 MB held 800 MiB
-            if len(tools) > MAX_LISTED_TOOLS or size > MAX_LISTING_CHARS:
-                what = (
-                    f"{MAX_LISTED_TOOLS} tools"
-                    if size <= MAX_LISTING_CHARS
-                    else f"{MAX_LISTING_CHARS} characters"
-                )
-                why = f"its tool listing went past {what}"
-                raise UpstreamError(f"server {self.name} failed: {why}")
-            # An empty cursor ends it too, as clients written in JavaScript read it (``while (cursor)``).
-            if not (cursor := page.next_cursor):
-                break
-            digest = hashlib.sha256(cursor.encode("utf-8", "surrogatepass")).digest()
-            if digest in cursors or len(cursors) >= 100:  # never taken for a whole listing
-                why = "named a page it had already given" if digest in cursors else "went past 100 pages"
-                raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
-            cursors.add(digest)
-        relay = self._relays.get(id(client))
-        if relay is not None:
+        tools = without_repeats(await all_pages(client, self.name))
+        if (relay := self._relays.get(id(client))) is not None:
             tools = relay.with_output_schemas(tools)
         await self.listing.absorb(tools, getattr(relay, "dropped", {}))
         self._stale = self._change_traced = False

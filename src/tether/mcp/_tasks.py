@@ -36,6 +36,7 @@ import anyio
 
 from tether.errors import UpstreamError
 from tether.mcp._handshake import asked_again
+from tether.mcp._mend import refusal
 
 __all__ = [
     "MAX_POLL_S",
@@ -104,12 +105,15 @@ def with_content(result: Any) -> Any:
     return result
 
 
-def _with_content(item: Any) -> Any:
-    """An answer to a ``tools/call``, its result ``with_content``."""
+def _with_content(item: Any, version: str | None) -> Any:
+    """An answer to a ``tools/call``, its result ``with_content`` and its content readable
+    (``tether.mcp._mend``)."""
     from mcp.shared.message import SessionMessage
 
+    from tether.mcp._mend import readable_content
+
     result = getattr(item.message, "result", None)
-    if (mended := with_content(result)) is result:
+    if (mended := readable_content(with_content(result), version)) is result:
         return item
     return SessionMessage(item.message.model_copy(update={"result": mended}), metadata=item.metadata)
 
@@ -121,9 +125,11 @@ class TaskRelay:
         self,
         version: Callable[[], str | None] = lambda: None,
         on_unsent: Callable[[int], None] | None = None,
+        unsupported: frozenset[str] = frozenset(),
     ) -> None:
         self._version = version  # the connection's negotiated protocol version, once known
         self._on_unsent = on_unsent  # told the count dropped so far, once as each overflow begins
+        self._unsupported = unsupported  # the server's requests answered here (``_mend.refusal``)
         self.unsent_dropped = 0  # the host's answers and notices dropped, the server not reading
         self._overflowing = False
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
@@ -158,6 +164,10 @@ class TaskRelay:
                                 self._status(getattr(message, "params", None))
                                 continue
                             answers = not hasattr(message, "method")
+                            if (refused := refusal(message, self._unsupported)) is not None:
+                                with suppress(anyio.WouldBlock):  # (full: the server reads nothing)
+                                    self._send.send_nowait(refused)
+                                continue
                             if answers and isinstance(ident, str) and ident in self._waiting:
                                 box = self._waiting.pop(ident)
                                 box[1] = message
@@ -237,7 +247,7 @@ class TaskRelay:
             return self._listing(item)
         if ident in self._calls:
             self._calls.discard(ident)
-            return _with_content(item)
+            return _with_content(item, self._version())
         return item
 
     def _listing(self, item: Any) -> Any:
@@ -260,7 +270,7 @@ class TaskRelay:
             and isinstance(tool.get("name"), str)
             and tool.get("outputSchema") is not None
         }
-        if not dropped and not schemas:
+        if usable is result and not schemas:
             return item
         if schemas:  # checked by the host's engine (bounded), never by the SDK's own (unbounded)
             self.output_schemas.update(schemas)
