@@ -96,6 +96,14 @@ def displayed(text: str) -> str:
     return _OVERRIDE.sub(lambda m: m.group(1)[::-1], text)
 
 
+def reader_views(text: str) -> list[str]:
+    """``text`` as written and as its reader sees it: drawn (``displayed``), and with its HTML
+    character references rendered as the characters they stand for (a mail client shows
+    ``evil&#64;attacker&#46;com`` as ``evil@attacker.com``), each view once."""
+    rendered = html.unescape(text) if "&" in text else text
+    return list(dict.fromkeys((text, displayed(text), rendered, displayed(rendered))))
+
+
 _DEFANG = [
     # (Spaces before the bracket are taken from where their run starts: read from inside a long
     # run, each start would re-read the rest of it.)
@@ -489,12 +497,13 @@ def find_handles(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _handles(text: str) -> tuple[str, ...]:
-    """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
-    wherever they stand: glued to other characters they are still found (with their glue,
-    so the handle checked is the one a reader would copy)."""
-    views = [fold(unfold(view, fold_case=False)) for view in dict.fromkeys((text, displayed(text)))]
+    """E-mail addresses, IBAN-shaped account numbers and wallet addresses in ``text``, unfolded
+    (lower case), wherever they stand: glued to other characters they are still found (with
+    their glue, so the handle checked is the one a reader would copy); in each of its
+    ``reader_views``."""
+    shown = [unfold(view, fold_case=False) for view in reader_views(text)]
     out: list[str] = []
-    for folded in views:  # as written, and as drawn where an override reverses it
+    for folded in map(fold, shown):  # as written, as drawn, as rendered
         for pattern in (_EMAIL, _IBAN):
             for m in pattern.finditer(folded):
                 if m.group(0) not in out:
@@ -504,7 +513,7 @@ def _handles(text: str) -> tuple[str, ...]:
             if len(account) >= 14 and account not in out:
                 out.append(account)
         out.extend(a for a in spread_accounts(folded) if a not in out)
-    wallets = find_wallets(unfold(text, fold_case=False))
+    wallets = list(dict.fromkeys(w for view in shown for w in find_wallets(view)))
     return tuple([*(h for h in out if not any(h in w for w in wallets)), *wallets])
 
 
@@ -539,7 +548,7 @@ def find_numbers(text: str) -> list[str]:
     left out (``2024-05-12 000123456789``); not a sum's cents (``1 250 000.00`` is an amount) nor a day,
     nor the digits of an account ``find_handles`` finds (judged as that account)."""
     out: list[str] = []
-    for view in dict.fromkeys((text, displayed(text))):
+    for view in reader_views(text):
         unfolded = unfold(view, fold_case=False)
         undated = _DATED.sub(lambda m: " " * len(m.group(0)), unfolded)
         found = [m.group(0) for m in _NUMBER.finditer(unfolded) if not _DATED.search(m.group(0))]
