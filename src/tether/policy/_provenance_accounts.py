@@ -1,6 +1,7 @@
 """Accounts that are not written as one token of the IBAN shape: an IBAN printed in pieces
-(``spread_accounts``) and the addresses of crypto-currency wallets (``find_wallets``), which a
-reader pays as surely as an IBAN. ``provenance_values.find_handles`` reports both as handles."""
+(``spread_accounts``), the addresses of crypto-currency wallets (``find_wallets``) and payment
+addresses of the UPI shape (``find_payment_addresses``), which a reader pays as surely as an
+IBAN. ``provenance_values.find_handles`` reports them all as handles."""
 
 from __future__ import annotations
 
@@ -58,11 +59,11 @@ def _valid_iban(account: str) -> bool:
 # Wallet addresses, set apart from other letters and digits (and from the marks base64 holds):
 # an EVM account (``0x`` and 40 hex digits), a bech32 address (``bc1q…``: a prefix, the
 # separator ``1``, 25 or more characters of its alphabet, in one case) and a base58 address
-# (bitcoin's ``1…``/``3…``, Solana's, Tron's ``T…``: 26 to 44 characters of the base58 alphabet,
+# (bitcoin's ``1…``/``3…``, Solana's, Tron's ``T…``, Monero's: 26 to 110 characters of the base58 alphabet,
 # upper and lower case and digits mixed).
 _EVM = re.compile(r"(?<![0-9a-z])0x[0-9a-f]{40}(?![0-9a-z])", re.IGNORECASE)
-_BECH32 = re.compile(r"(?<![0-9a-z])[a-z]{1,10}1[02-9ac-hj-np-z]{25,90}(?![0-9a-z])")
-_BASE58 = re.compile(r"(?<![0-9A-Za-z+/=])[1-9A-HJ-NP-Za-km-z]{26,44}(?![0-9A-Za-z+/=])")
+_BECH32 = re.compile(r"(?<![0-9a-z])[a-z]{1,10}1[02-9ac-hj-np-z]{25,110}(?![0-9a-z])")
+_BASE58 = re.compile(r"(?<![0-9A-Za-z+/=])[1-9A-HJ-NP-Za-km-z]{26,110}(?![0-9A-Za-z+/=])")
 
 
 def find_wallets(text: str) -> list[str]:
@@ -82,3 +83,14 @@ def find_wallets(text: str) -> list[str]:
         if any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
             out.append(v.lower())
     return list(dict.fromkeys(out))
+
+
+# A payment address of the UPI shape (``name@bank``): a handle at a provider whose name has no
+# dot, which no e-mail address in a public domain is (one whose domain goes on is ``_EMAIL``'s).
+_PAYMENT_ADDRESS = re.compile(r"(?<![\w.+@-])[\w.+-]{2,256}@[a-z][a-z0-9]{1,63}(?![\w@-])(?!\.[\w-])")
+
+
+def find_payment_addresses(folded: str) -> list[str]:
+    """The payment addresses of the UPI shape in ``folded`` (unfolded, case folded):
+    ``mallory@ybl`` is paid as an account number is, though no e-mail address."""
+    return list(dict.fromkeys(m.group(0) for m in _PAYMENT_ADDRESS.finditer(folded)))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.core._confusables import DEFAULT_IGNORABLE, label_to_ascii
-from tether.policy._provenance_accounts import find_wallets, spread_accounts
+from tether.policy._provenance_accounts import find_payment_addresses, find_wallets, spread_accounts
 
 __all__ = [
     "LOCAL_MARKS",
@@ -513,6 +513,7 @@ def _handles(text: str) -> tuple[str, ...]:
             if len(account) >= 14 and account not in out:
                 out.append(account)
         out.extend(a for a in spread_accounts(folded) if a not in out)
+        out.extend(a for a in find_payment_addresses(folded) if a not in out)
     wallets = list(dict.fromkeys(w for view in shown for w in find_wallets(view)))
     return tuple([*(h for h in out if not any(h in w for w in wallets)), *wallets])
 
