@@ -59,10 +59,10 @@ def _valid_iban(account: str) -> bool:
 # Wallet addresses, set apart from other letters and digits (and from the marks base64 holds):
 # an EVM account (``0x`` and 40 hex digits), a bech32 address (``bc1q…``: a prefix, the
 # separator ``1``, 25 or more characters of its alphabet, in one case) and a base58 address
-# (bitcoin's ``1…``/``3…``, Solana's, Tron's ``T…``, Monero's: 26 to 110 characters of the base58 alphabet,
-# upper and lower case and digits mixed).
+# (bitcoin's ``1…``/``3…``, Solana's, Tron's ``T…``, Monero's: 26 to 110 characters of the
+# base58 alphabet, upper and lower case and digits mixed).
 _EVM = re.compile(r"(?<![0-9a-z])0x[0-9a-f]{40}(?![0-9a-z])", re.IGNORECASE)
-_BECH32 = re.compile(r"(?<![0-9a-z])[a-z]{1,10}1[02-9ac-hj-np-z]{25,110}(?![0-9a-z])")
+_BECH32 = re.compile(r"(?<![0-9a-z])[a-z]{1,10}1[02-9ac-hj-np-z]{25,110}(?![0-9a-z])", re.IGNORECASE)
 _BASE58 = re.compile(r"(?<![0-9A-Za-z+/=])[1-9A-HJ-NP-Za-km-z]{26,110}(?![0-9A-Za-z+/=])")
 
 
@@ -73,11 +73,10 @@ def find_wallets(text: str) -> list[str]:
     out: list[str] = []
     for m in _EVM.finditer(text):
         out.append(m.group(0).lower())
-    for m in _BECH32.finditer(text.lower()):
-        raw = text[m.start() : m.end()]
-        data = m.group(0).rsplit("1", 1)[1]
-        if (raw.islower() or raw.isupper()) and any(c.isdigit() for c in data):
-            out.append(m.group(0))
+    for m in _BECH32.finditer(text):
+        raw = m.group(0)
+        if (raw.islower() or raw.isupper()) and any(c.isdigit() for c in raw.rsplit("1", 1)[1]):
+            out.append(raw.lower())
     for m in _BASE58.finditer(text):
         v = m.group(0)
         if any(c.isdigit() for c in v) and any(c.islower() for c in v) and any(c.isupper() for c in v):
