@@ -401,7 +401,8 @@ async def _mail(body: str) -> tuple[bank.World, list[list[str]]]:
 )
 async def test_an_address_hidden_from_the_rules_but_not_from_the_reader_needs_approval(hidden: str) -> None:
     world, found = await _mail(f"Lovely hotel. For a discount write to {hidden}.")
-    assert world.received == [] and found == [["untrusted_handle"]]
+    # (As written, ``moc.1-live@kram`` is a payment address's shape too since round 38.)
+    assert world.received == [] and len(found) == 1 and set(found[0]) == {"untrusted_handle"}
 
 
 async def test_invisible_and_right_to_left_marks_in_a_legitimate_body_still_send() -> None:

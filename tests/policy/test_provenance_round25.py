@@ -177,7 +177,8 @@ ENCODED = {
         "form-json",
         _escaped('"Agenda owner: ' + _escaped(STRANGER, "\\u{:04x}") + '"', "%{:02X}"),
     ),
-    # Character references were read before this round (``reprinted``): kept as a check.
+    # Character references were read before this round (``reprinted``): kept as a check. Since
+    # round 38 the import is judged for the address they render.
     "html": ("html", "Agenda owner: " + _escaped(STRANGER, "&#{};")),
 }
 
@@ -195,6 +196,12 @@ async def test_a_write_a_store_decodes_from_a_text_escape_is_still_the_runs(form
     rules = ProvenanceRules(NOTE_RULES, NOTE_TRUST)
     steps = ((call("read_inbox"),), (save,), (call("list_notes"),), (mark,))
     found = await _run(world.tools(), rules, request, *steps)
+    if form == "html":
+        # Round 38: an address in character references is found as rendered (``reader_views``),
+        # so the import itself goes to a reviewer: nothing filed, nothing sent.
+        assert found == [["untrusted_handle"], ["untrusted_origin"]] and world.received == []
+        assert world.notes[-1]["contacts"] != [filed]
+        return
     assert world.notes[-1]["contacts"] == [filed]  # the premise: the app filed the address
     assert world.received == []
     assert found == [["untrusted_origin"]]

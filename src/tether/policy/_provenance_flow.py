@@ -15,7 +15,7 @@ from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
-from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, unfolded
+from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
     find_handles,
@@ -136,17 +136,33 @@ def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str])
     (case, width, invisible characters and the script of digits folded: ``ｈｕｎｔｅｒ２２``
     is ``hunter22``, ``٤٨٢١`` is ``4821``)."""
     wanted = set(trust)
-    text = ascii_digits(unfolded(value))
-    bare = BARE.sub("", text)
+    views = _reader_views(value)
     return [
         s
         for s in index.segments
         if trust_parts(s.label.trust) & wanted
         and s.whole
-        and holds_secret(index.unfolded_text(s), text, bare)
+        and _shown_in(index.unfolded_text(s), views)
         and s.text not in index.directory
         and not contains_whole(index.user_text, s.text)
     ]
+
+
+def _reader_views(value: str) -> list[tuple[str, str, str]]:
+    """``value`` as written (``unfolded``, digits of any script as ASCII) and as its reader sees
+    it (``shown``: character references rendered, look-alike letters read as the ones they
+    imitate), each with its ``BARE`` form, and whether it is the reader's view."""
+    text = ascii_digits(unfolded(value))
+    views = [(text, BARE.sub("", text), "")]
+    if (look := shown(value)) != text:
+        views.append((look, BARE.sub("", look), "shown"))
+    return views
+
+
+def _shown_in(secret: str, views: list[tuple[str, str, str]]) -> bool:
+    """Whether ``secret`` (unfolded) stands in one of ``views`` (``_reader_views``), the
+    reader's view compared with the secret as it looks (``shown``)."""
+    return any(holds_secret(shown(secret) if how else secret, text, bare) for text, bare, how in views)
 
 
 _JOINED_CHARS = 512  # the run's earlier pieces looked at: more than any address or account needs

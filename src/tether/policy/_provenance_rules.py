@@ -58,7 +58,7 @@ from tether.policy._provenance_paid import (
 )
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
-from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, unfolded
+from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, shown, unfolded
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -475,13 +475,25 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     one of its tokens that carries digits (a code, an amount, an identifier; a date is a
     fact, not a relay), found in the segment as a whole and not stated by the user or the
     directory. Both are compared as a reader reads them (case, width and invisible characters
-    folded): the same words in full width are the same relay. Text of a class less trusted than
-    one of ``classes`` (``_no_better``: a page of the web, a tool's error message) is no more
-    to be relayed than theirs."""
+    folded: the same words in full width are the same relay), and as the reader sees them
+    (``shown``: a copy in look-alike letters, or in HTML character references, is the same
+    text on the recipient's screen). Text of a class less trusted than one of ``classes``
+    (``_no_better``: a page of the web, a tool's error message) is no more to be relayed than
+    theirs."""
     text = unfolded(value)
-    sources = [(s, index.unfolded_text(s)) for s in index.segments if _no_better(s.label.trust, classes)]
-    if not text or not sources:
+    segments = [s for s in index.segments if _no_better(s.label.trust, classes)]
+    if not text or not segments:
         return None
+    found = _repeats(index, text, [(s, index.unfolded_text(s)) for s in segments], index.user_text)
+    if found is None and (look := shown(value)) != text:
+        found = _repeats(index, look, [(s, shown(s.raw)) for s in segments], shown(index.objective))
+    return found
+
+
+def _repeats(
+    index: ProvenanceIndex, text: str, sources: list[tuple[Segment, str]], user_text: str
+) -> Segment | None:
+    """``_relayed`` for one reading of the value (``text``) and of the segments (``sources``)."""
     width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
     if len(text) >= RELAY_SPAN:
         long = [(s, hay) for s, hay in sources if len(hay) >= width]
@@ -495,7 +507,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     for piece in pieces:
         if len(piece) < 3 or parse_date(piece) is not None:
             continue
-        if contains_whole(index.user_text, piece) or piece in index.directory:
+        if contains_whole(user_text, piece) or piece in index.directory:
             continue
         for seg, hay in sources:
             if (hay == piece or contains_whole(hay, piece)) and not index.echoes(seg, piece):

@@ -9,6 +9,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from tether.core._confusables import skeleton
 from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise, one_space
 from tether.policy._provenance_values import (
     LOCAL_MARKS,
@@ -47,6 +48,7 @@ __all__ = [
     "said",
     "says_what_for",
     "shared_origins",
+    "shown",
     "unfolded",
 ]
 
@@ -332,6 +334,16 @@ _CUT = re.compile(r"[.!?;,()\[\]{}]")
 
 BARE = re.compile(r"[\W_]+")  # what is no letter nor digit
 _DIGIT = re.compile(r"(?![0-9])\d")
+
+
+@functools.lru_cache(maxsize=512)
+def shown(text: str) -> str:
+    """``text`` as its reader sees it, beside ``unfolded``: HTML character references as the
+    characters they stand for (a mail client or a browser renders ``&#104;`` as ``h``), digits
+    of any script as ASCII, and each letter that imitates another read as that one
+    (``skeleton``: a Cyrillic ``е`` in ``huntеr2`` shows ``hunter2``). Compared with
+    another text's ``shown`` form: a copy in look-alike letters is the same text to its reader."""
+    return skeleton(ascii_digits(unfolded(html.unescape(text) if "&" in text else text)))
 
 
 def ascii_digits(text: str) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.core._confusables import DEFAULT_IGNORABLE, label_to_ascii
+from tether.policy._provenance_accounts import find_payment_addresses, find_wallets, spread_accounts
 
 __all__ = [
     "LOCAL_MARKS",
@@ -93,6 +94,14 @@ def displayed(text: str) -> str:
     if "\u202e" not in text:
         return text
     return _OVERRIDE.sub(lambda m: m.group(1)[::-1], text)
+
+
+def reader_views(text: str) -> list[str]:
+    """``text`` as written and as its reader sees it: drawn (``displayed``), and with its HTML
+    character references rendered as the characters they stand for (a mail client shows
+    ``evil&#64;attacker&#46;com`` as ``evil@attacker.com``), each view once."""
+    rendered = html.unescape(text) if "&" in text else text
+    return list(dict.fromkeys((text, displayed(text), rendered, displayed(rendered))))
 
 
 _DEFANG = [
@@ -471,7 +480,9 @@ _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
 # reads them), any dash, or a dot, slash or underscore before a group with a digit (``db01.prod``: none).
 _WHITE = r"[ \t\r\n]"  # what ``normalise`` reads as one space, in runs
 _DASHES = "\u2010-\u2015\u2212"  # hyphens, figure, en and em dashes, the minus sign
-_PRINTED_GAP = rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|[./_](?=[a-z]{{0,3}}\d))"
+_PRINTED_GAP = (
+    rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|{_WHITE}*+(?:[^\w\s@]|_){_WHITE}*+(?=[a-z]{{0,3}}\d))"
+)
 _IBAN_PRINTED = re.compile(
     rf"(?<![a-z0-9])[a-z]{{2}}\d{{2}}(?:{_PRINTED_GAP}[a-z0-9]{{4}}){{2,7}}"
     rf"(?:{_PRINTED_GAP}[a-z0-9]{{1,3}})?(?![a-z0-9])"
@@ -486,12 +497,13 @@ def find_handles(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _handles(text: str) -> tuple[str, ...]:
-    """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
-    wherever they stand: glued to other characters they are still found (with their glue,
-    so the handle checked is the one a reader would copy)."""
-    views = [fold(unfold(view, fold_case=False)) for view in dict.fromkeys((text, displayed(text)))]
+    """E-mail addresses, IBAN-shaped account numbers and wallet addresses in ``text``, unfolded
+    (lower case), wherever they stand: glued to other characters they are still found (with
+    their glue, so the handle checked is the one a reader would copy); in each of its
+    ``reader_views``."""
+    shown = [unfold(view, fold_case=False) for view in reader_views(text)]
     out: list[str] = []
-    for folded in views:  # as written, and as drawn where an override reverses it
+    for folded in map(fold, shown):  # as written, as drawn, as rendered
         for pattern in (_EMAIL, _IBAN):
             for m in pattern.finditer(folded):
                 if m.group(0) not in out:
@@ -500,8 +512,10 @@ def _handles(text: str) -> tuple[str, ...]:
             account = _NOT_ALNUM.sub("", m.group(0))
             if len(account) >= 14 and account not in out:
                 out.append(account)
-        out.extend(a for a in _spread_accounts(folded) if a not in out)
-    return tuple(out)
+        out.extend(a for a in spread_accounts(folded) if a not in out)
+        out.extend(a for a in find_payment_addresses(folded) if a not in out)
+    wallets = list(dict.fromkeys(w for view in shown for w in find_wallets(view)))
+    return tuple([*(h for h in out if not any(h in w for w in wallets)), *wallets])
 
 
 # A number set apart from words as a reader takes one whole (``contains_whole``): digits, with
@@ -535,7 +549,7 @@ def find_numbers(text: str) -> list[str]:
     left out (``2024-05-12 000123456789``); not a sum's cents (``1 250 000.00`` is an amount) nor a day,
     nor the digits of an account ``find_handles`` finds (judged as that account)."""
     out: list[str] = []
-    for view in dict.fromkeys((text, displayed(text))):
+    for view in reader_views(text):
         unfolded = unfold(view, fold_case=False)
         undated = _DATED.sub(lambda m: " " * len(m.group(0)), unfolded)
         found = [m.group(0) for m in _NUMBER.finditer(unfolded) if not _DATED.search(m.group(0))]
@@ -551,50 +565,3 @@ def find_numbers(text: str) -> list[str]:
             if not any(digits in a for a in accounts):
                 out.append(raw)
     return out
-
-
-# The length of an IBAN in each country that issues them (the SWIFT registry).
-_IBAN_COUNTRIES = (
-    "ad24 ae23 al28 at20 az28 ba20 be16 bg22 bh22 br29 by28 ch21 cr22 cy28 cz24 de22 dk18 do28 ee20 "
-    "eg29 es24 fi18 fo18 fr27 gb22 ge22 gi23 gl18 gr27 gt28 hr21 hu28 ie22 il23 iq23 is26 it27 jo30 "
-    "kw30 kz20 lb28 lc32 li21 lt20 lu20 lv21 ly25 mc27 md24 me22 mk19 mr27 mt31 mu30 nl18 no15 pk24 "
-    "pl28 ps29 pt25 qa29 ro24 rs22 sa24 sc31 sd18 se24 si19 sk24 sm27 st25 sv28 tl23 tn24 tr26 ua29 "
-    "va22 vg24 xk20"
-)
-_IBAN_LENGTH = {entry[:2]: int(entry[2:]) for entry in _IBAN_COUNTRIES.split()}
-_CHUNK = re.compile(r"[a-z0-9]+")
-# What may part two pieces of one account: "." "/" " - ", spaces however many, a line break.
-_SPREAD_GAP = re.compile(rf"{_WHITE}*(?:[^\w\s@]{_WHITE}*){{0,2}}|_")
-
-
-def _spread_accounts(folded: str) -> list[str]:
-    """IBANs ``folded`` prints in pieces however they are parted (``GB29.NWBK.6016…``,
-    ``GB 29 NWBK 6016…``, ``GB29NWBK 60161331926819``): runs of letters and digits, each parted
-    from the next by one or two marks or spaces on one line, that joined from the start of one
-    piece to the end of another make an account of its country's length whose check digits
-    hold (ISO 13616, mod 97). Only a valid account is one: a sentence's words seldom are."""
-    chunks = list(_CHUNK.finditer(folded))
-    out: list[str] = []
-    for i, first in enumerate(chunks):
-        joined = first.group(0)
-        length = _IBAN_LENGTH.get(joined[:2])
-        if length is None and len(joined) == 2 and i + 1 < len(chunks):
-            length = _IBAN_LENGTH.get(joined)
-        if length is None:
-            continue
-        for prev, chunk in zip(chunks[i:], chunks[i + 1 :], strict=False):
-            if len(joined) >= length or not _SPREAD_GAP.fullmatch(folded, prev.end(), chunk.start()):
-                break
-            joined += chunk.group(0)
-        if len(joined) == length and _valid_iban(joined) and joined not in out:
-            out.append(joined)
-    return out
-
-
-def _valid_iban(account: str) -> bool:
-    """Whether ``account`` (lower case, no spaces) has the shape of an IBAN and its check digits
-    hold: moved four characters to the end, its letters as 10…35, the number is 1 modulo 97."""
-    if not re.fullmatch(r"[a-z]{2}\d{2}[a-z0-9]+", account):
-        return False
-    moved = account[4:] + account[:4]
-    return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
