@@ -82,7 +82,7 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     import os
     import traceback
 
-    from tether.clisupport.output import EXIT_CODES, fail
+    from tether.clisupport.output import EXIT_CODES, USAGE, fail, missing_extra
     from tether.sql._database import busy
 
     debug = bool(os.environ.get("TETHER_DEBUG"))
@@ -93,6 +93,8 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
     as_json = bool(getattr(args, "json", False))
+    if (needs := missing_extra(err)) is not None:  # no bug: an optional package is not installed
+        return fail(f"tether {args.command}", needs, as_json=as_json, code=USAGE, error="missing_extra")
     if busy(err):  # no bug: another process (a worker, of any release) held a store's file
         why = (
             f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"

@@ -30,6 +30,31 @@ EXIT_CODES = {
 }
 USAGE = 1  # a usage or configuration error: nothing ran
 NEEDS_DURABLE = "needs the durable extra (pip install 'tether[durable]')"
+# The optional packages by top-level module, and the extra (pyproject.toml) that installs each.
+EXTRA_OF_MODULE = {
+    "dbos": "durable",
+    "psycopg": "postgres",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "matplotlib": "evals",
+    "opentelemetry": "otel",
+    **dict.fromkeys(("starlette", "uvicorn", "jinja2", "itsdangerous", "multipart"), "console"),
+}
+
+
+def missing_extra(err: BaseException) -> str | None:
+    """What to install when ``err`` is an import of an optional package that is not installed
+    (``needs the durable extra (pip install 'tether[durable]'): no module named 'dbos'``), else None."""
+    name = getattr(err, "name", None)
+    if not isinstance(err, ModuleNotFoundError) or not isinstance(name, str):
+        return None
+    extra = EXTRA_OF_MODULE.get(name.split(".")[0])
+    if extra is None:
+        return None
+    also = " or, for durable runs, 'tether[durable]'" if extra == "postgres" else ""
+    return f"needs the {extra} extra (pip install 'tether[{extra}]'{also}): no module named {name!r}"
+
+
 # What each code means: the help of every command that runs something, and the docs' table.
 EXIT_MEANINGS = {
     0: "accepted, and every call the model asked for ran and succeeded",
