@@ -277,3 +277,29 @@ def test_an_mcp_tool_is_allowed_by_its_offered_name_and_a_bare_one_is_explained(
     err = capsys.readouterr().err
     assert "policy.allow: 'read_history' names no tool of this agent" in err
     assert "an MCP tool is named <server>__<tool>: servers erp" in err
+
+
+# -- a section written as a scalar says what it got, not a class name ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "said"),
+    [
+        (
+            {"model": "openai:gpt-4o"},
+            "model: Input should be a valid dictionary of fields, not a string ('openai:gpt-4o')",
+        ),
+        (
+            {"policy": ["read_order"]},
+            "policy: Input should be a valid dictionary of fields, not a list (['read_order'])",
+        ),
+    ],
+    ids=["model", "policy"],
+)
+def test_a_section_given_as_a_scalar_says_what_it_got(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], section: dict[str, Any], said: str
+) -> None:
+    path = agent_file(tmp_path, "tools_nu5e", **section)
+    assert main(["agent", "check", str(path), "--json"]) == 1
+    out = last_json(capsys.readouterr().out)
+    assert said in out["message"] and "instance of" not in out["message"]
