@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -303,3 +305,59 @@ def test_a_section_given_as_a_scalar_says_what_it_got(
     assert main(["agent", "check", str(path), "--json"]) == 1
     out = last_json(capsys.readouterr().out)
     assert said in out["message"] and "instance of" not in out["message"]
+
+
+# -- a reader that leaves (tether … | head) is no internal error ---------------------------------
+
+
+def tether_into_closed_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``tether ARGV | true``: stdout is a pipe whose reader has already gone."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "tether.cli", *argv],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+
+
+def test_a_command_whose_reader_has_gone_finishes_and_exits_with_its_own_code(tmp_path: Path) -> None:
+    steps(
+        tmp_path,
+        """
+        - call: read_order
+          arguments: {order_id: "742"}
+        - call: call_erp
+          arguments: {order_id: "742", api_token: "tok-1"}
+        - final: done
+        """,
+    )
+    tools = ["tools_nu5f:read_order", "tools_nu5f:call_erp"]
+    path = agent_file(tmp_path, "tools_nu5f", tools=tools, policy={"approvals_db": "approvals.db"})
+    for argv, code in (
+        (["run", "Is 742 open?", "--agent", str(path)], 5),  # paused for approval, as without the pipe
+        (["run", "Is 742 open?", "--agent", str(path), "--json"], 5),
+        (["agent", "schema"], 0),
+        (["approvals", "list", "--db", str(tmp_path / "approvals.db")], 0),
+    ):
+        done = tether_into_closed_pipe(argv, tmp_path)
+        assert (done.returncode, done.stderr) == (code, ""), argv
+    # The runs really ran to their pause: their traces end with the stop, their proposals wait.
+    traces = sorted((tmp_path / "traces").glob("*.jsonl"))
+    assert len(traces) == 2
+    for trace in traces:
+        assert json.loads(trace.read_text(encoding="utf-8").splitlines()[-1])["kind"] == "stop"
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "approvals", "list", "--db", "approvals.db", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert json.loads(done.stdout.splitlines()[-1])["count"] == 2  # with a reader, the output is whole
