@@ -361,3 +361,26 @@ def test_a_command_whose_reader_has_gone_finishes_and_exits_with_its_own_code(tm
         timeout=120,
     )
     assert json.loads(done.stdout.splitlines()[-1])["count"] == 2  # with a reader, the output is whole
+
+
+# -- Agent(model="gpt-4o"), as other frameworks take it, is refused where it is written ----------
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-4o", "gpt-4o", None])
+def test_an_agent_given_a_model_name_is_refused_at_once_with_what_to_write(model: Any) -> None:
+    from tether import Agent, ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        Agent(instructions="Answer.", model=model)
+    assert f"Agent(model={model!r})" in str(err.value)
+    assert "tether.models.OpenAICompatible('gpt-4o'" in str(err.value)
+
+
+def test_an_agent_with_a_model_object_still_runs(tmp_path: Path) -> None:
+    from tether import Agent, Host, Policy, TrustedContext
+    from tether.testing import ScriptedModel
+
+    agent = Agent(instructions="Answer.", model=ScriptedModel(["Order 742 is open."]))
+    host = Host(policy=Policy(), trace_dir=tmp_path / "traces")
+    result = host.run_sync(agent, "Is 742 open?", context=TrustedContext(tenant="shop-a"))
+    assert (result.stop_reason, result.answer) == ("accepted", "Order 742 is open.")
