@@ -384,3 +384,31 @@ def test_an_agent_with_a_model_object_still_runs(tmp_path: Path) -> None:
     host = Host(policy=Policy(), trace_dir=tmp_path / "traces")
     result = host.run_sync(agent, "Is 742 open?", context=TrustedContext(tenant="shop-a"))
     assert (result.stop_reason, result.answer) == ("accepted", "Order 742 is open.")
+
+
+# -- cost_usd 0.0 of a model nobody priced is not "free" -------------------------------------------
+
+
+def test_a_run_on_an_unpriced_model_says_its_cost_was_not_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether_testing.fake_server import FakeChatServer, Reply, scripted
+
+    replies = [Reply.calls(("read_order", '{"order_id": "742"}')), Reply.text("742 is open.")]
+    with FakeChatServer(scripted(replies * 4)) as server:
+        model = {"provider": "openai-chat", "name": "m-local-1", "base_url": server.url}
+        path = agent_file(tmp_path, "tools_nu5g", model=model)
+        assert main(["run", "Is 742 open?", "--agent", str(path)]) == 0
+        said = capsys.readouterr().out
+        assert "cost_usd: 0.0  (not counted: m-local-1 has no price; add model.prices)" in said
+        assert main(["run", "Is 742 open?", "--agent", str(path), "--json"]) == 0
+        out = last_json(capsys.readouterr().out)
+        assert (out["cost_usd"], out["unpriced"]) == (0.0, True)
+        # Priced (a local model at 0), the figure stands alone.
+        free = {**model, "prices": {"m-local-1": {"input": 0, "output": 0}}}
+        path = agent_file(tmp_path, "tools_nu5g", model=free)
+        assert main(["run", "Is 742 open?", "--agent", str(path)]) == 0
+        said = capsys.readouterr().out
+        assert "cost_usd: 0.0\n" in said and "not counted" not in said
+        assert main(["run", "Is 742 open?", "--agent", str(path), "--json"]) == 0
+        assert last_json(capsys.readouterr().out)["unpriced"] is False

@@ -186,6 +186,9 @@ def run_payload(
     ]
     out.update(extra)
     out["notes"] = result_notes(result)
+    # An unpriced model's answers count 0 in cost_usd: say so, or 0.0 reads as "free".
+    events = getattr(result, "events", ())
+    out["unpriced"] = any(str(e.kind) == "model_response" and e.data.get("unpriced") for e in events)
     out.update(run_envelope(str(result.stop_reason), result.detail, problems))
     return out
 
@@ -371,7 +374,9 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     print(safe(f"answer: {payload.get('answer')}"))
     for key in ("llm_calls", "tokens", "cost_usd", "trace", "results_file"):
         if payload.get(key) not in (None, ""):
-            print(f"{key}: {payload[key]}")
+            unpriced = key == "cost_usd" and payload.get("unpriced")
+            why = f"  (not counted: {payload.get('model') or 'the model'} has no price; add model.prices)"
+            print(safe(f"{key}: {payload[key]}{why if unpriced else ''}"))
 
 
 _KEPT = re.compile(r"([\n\t\\])")
