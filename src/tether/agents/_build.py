@@ -14,6 +14,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from tether.agents._file import AgentFile, _python_path, mcp_config
+from tether.agents._policy_names import check_policy_names
 from tether.agents._spec import (
     _IMPORT_PATH,
     SCRIPTED,
@@ -89,6 +90,7 @@ def build_agent(
     _python_path(af)
     reconcilers: dict[str, Any] = {}
     tools = _local_tools(af, reconcilers)
+    check_policy_names(af, [t.name for t in tools])
     instructions = _instructions(af)
     model = make_model(af, on_delta=on_delta)
     extra_models: list[Any] = []
@@ -213,13 +215,26 @@ def _secrets_and_export(af: AgentFile, host: Any, model: Any, environ: Mapping[s
 
 def local_tool_names(af: AgentFile) -> list[str]:
     """Import the file's local tools as a run would (its ``python_path`` first) and return their
-    names: ``tether agent check`` catches a mistyped import path before any run. Raises
-    ``ConfigError`` naming the entry that fails."""
+    names: ``tether agent check`` catches a mistyped import path, or a policy entry naming no tool,
+    before any run. Raises ``ConfigError`` naming the entry that fails."""
     _python_path(af)
-    return [t.name for t in _local_tools(af)]
+    names = [t.name for t in _local_tools(af)]
+    check_policy_names(af, names)
+    return names
 
 
-_TOOL_OPTIONS = ("name", "egress_argument", "target", "timeout_s", "needs_approval")
+# ``ToolRef`` fields handed to ``Tool`` as they are (``target`` is built, ``secret_arguments`` added to
+# the code's): every contract option of ``@tool`` has its agent-file field but ``idempotent``, which
+# only an MCP call's retry reads.
+_TOOL_OPTIONS = (
+    "name",
+    "description",
+    "egress_argument",
+    "timeout_s",
+    "max_result_chars",
+    "blocking",
+    "needs_approval",
+)
 
 
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
@@ -245,12 +260,18 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
                             f"{where}: {item.name} declares effect {item.spec.effect} in code; the "
                             f"file says {declared}. Change one of them."
                         )
-                    tool = item.with_options(**options) if options else item
+                    own: ToolOptions = {**options}
+                    if ref.secret_arguments is not None:  # a file adds secrets, never removes one
+                        secret = (*sorted(item.spec.secret_arguments), *ref.secret_arguments)
+                        own["secret_arguments"] = tuple(dict.fromkeys(secret))
+                    tool = item.with_options(**own) if own else item
                 elif callable(item):
                     name = str(ref.name or getattr(item, "__name__", ""))
                     # An undeclared effect is a side effect: it needs approval (fail closed).
                     effect = ref.effect or spec.policy.effects.get(name) or Effect.WRITE
                     with_effect: ToolOptions = {**options, "effect": effect}
+                    if ref.secret_arguments is not None:
+                        with_effect["secret_arguments"] = ref.secret_arguments
                     tool = Tool(item, **with_effect)
                 else:
                     raise ConfigError(f"{where}: not a tool or a function ({type(item).__name__})")
@@ -274,11 +295,13 @@ def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = N
     m = af.spec.model
     prices = _prices(m)
     models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
-    if m.limits.max_cost_usd is not None:
+    for budget in ("max_cost_usd", "max_cost_usd_hard"):
+        if getattr(m.limits, budget) is None:
+            continue
         for spec, model in zip(m.backends(), models, strict=True):
             if spec.scripted is None and getattr(model, "price", None) is None:
                 raise ConfigError(
-                    f"{af.label()}: model.limits.max_cost_usd needs a price for {spec.name}: add model.prices"
+                    f"{af.label()}: model.limits.{budget} needs a price for {spec.name}: add model.prices"
                 )
     if len(models) == 1:
         return models[0]

@@ -89,18 +89,32 @@ class LimitsSpec(_Strict):
     final_turn_max_tokens: int | None = Field(
         default=None, ge=1, description="the output cap of that last turn"
     )
+    max_tokens_hard: int | None = Field(
+        default=None, ge=1, description="tokens only the final turn may reach"
+    )
+    max_cost_usd_hard: float | None = Field(
+        default=None, gt=0, description="USD only the final turn may reach"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LimitsSpec:
+        self._limits()  # a ceiling below its budget is refused when the file is read (agent check)
+        return self
 
     def build(self) -> Any:
+        try:
+            return self._limits()
+        except ValueError as err:
+            raise ConfigError(f"model.limits: {err}") from None
+
+    def _limits(self) -> Any:
         from tether.core.stop import Limits
 
         base = Limits()
         changes = {k: v for k, v in self.model_dump().items() if v is not None}
         if "llm_calls" in changes and "llm_calls_hard" not in changes:
             changes["llm_calls_hard"] = max(base.llm_calls_hard, changes["llm_calls"] + 2)
-        try:
-            return replace(base, **changes)
-        except ValueError as err:
-            raise ConfigError(f"model.limits: {err}") from None
+        return replace(base, **changes)
 
 
 class PriceSpec(_Strict):
@@ -283,7 +297,15 @@ class ToolRef(_Strict):
         description="{argument, kind}: the argument naming the object the tool acts on, whose owner "
         "policy.catalog gives (a call on another tenant's or an unknown object is denied)",
     )
+    description: str | None = Field(
+        default=None, min_length=1, description="for the model (default: docstring)"
+    )
     timeout_s: float | None = Field(default=None, gt=0, description="seconds a call may take")
+    max_result_chars: int | None = Field(default=None, ge=1, description="result characters kept (20000)")
+    blocking: bool | None = Field(default=None, description="false: a quick sync function runs inline")
+    secret_arguments: tuple[str, ...] | None = Field(
+        default=None, description="arguments masked on the console, API, traces, OTel (added to the code's)"
+    )
     needs_approval: bool | None = Field(default=None, description="always ask a person before a call")
     reconciler: str | None = Field(
         default=None,
@@ -302,6 +324,12 @@ class ToolRef(_Strict):
                 "(a colon between the module and the function)"
             )
         return v
+
+
+def _tool_or_path(schema: dict[str, Any]) -> None:
+    """A ``tools`` item in the JSON Schema: ``module:name`` (read as ``{function: ...}``) or a ``ToolRef``."""
+    path = {"type": "string", "pattern": _IMPORT_PATH.pattern, "description": "module:name"}
+    schema["items"] = {"anyOf": [path, schema["items"]]}
 
 
 class McpSpec(_Strict):
@@ -537,7 +565,11 @@ class AgentSpec(_Strict):
     instructions: str | None = Field(default=None, description="the system prompt")
     instructions_file: str | None = Field(default=None, description="the system prompt from a file")
     model: ModelSpec = Field(description="the model, its budgets, prices and fallbacks")
-    tools: list[ToolRef] = Field(default_factory=list, description="local tools by import path")
+    tools: list[ToolRef] = Field(
+        default_factory=list,
+        description="local tools: module:name or {function, …}",
+        json_schema_extra=_tool_or_path,
+    )
     python_path: list[str] = Field(
         default_factory=lambda: ["."], description="folders put on sys.path for the imports"
     )

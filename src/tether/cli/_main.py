@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO, cast
 
 __all__ = ["main"]
 
@@ -82,7 +82,7 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     import os
     import traceback
 
-    from tether.clisupport.output import EXIT_CODES, fail
+    from tether.clisupport.output import EXIT_CODES, USAGE, fail, missing_extra
     from tether.sql._database import busy
 
     debug = bool(os.environ.get("TETHER_DEBUG"))
@@ -93,6 +93,8 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
     as_json = bool(getattr(args, "json", False))
+    if (needs := missing_extra(err)) is not None:  # no bug: an optional package is not installed
+        return fail(f"tether {args.command}", needs, as_json=as_json, code=USAGE, error="missing_extra")
     if busy(err):  # no bug: another process (a worker, of any release) held a store's file
         why = (
             f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"
@@ -105,7 +107,41 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
 
 
+class _ReaderGone:
+    """``sys.stdout`` of a ``tether`` process whose reader may leave (``tether … | head``): a write
+    to a closed pipe sends the rest to ``/dev/null`` instead of raising ``BrokenPipeError``, so
+    the command finishes (a run closes its trace and checkpoint) and exits with its own code."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # what is still buffered goes there too
+        os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and not isinstance(sys.stdout, _ReaderGone):  # a process of its own
+        sys.stdout = cast(TextIO, _ReaderGone(sys.stdout))
     words = list(sys.argv[1:] if argv is None else argv)
     # Only the parser of a command named first is built; anything else (--help, a typo) builds all.
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)

@@ -30,6 +30,31 @@ EXIT_CODES = {
 }
 USAGE = 1  # a usage or configuration error: nothing ran
 NEEDS_DURABLE = "needs the durable extra (pip install 'tether[durable]')"
+# The optional packages by top-level module, and the extra (pyproject.toml) that installs each.
+EXTRA_OF_MODULE = {
+    "dbos": "durable",
+    "psycopg": "postgres",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "matplotlib": "evals",
+    "opentelemetry": "otel",
+    **dict.fromkeys(("starlette", "uvicorn", "jinja2", "itsdangerous", "multipart"), "console"),
+}
+
+
+def missing_extra(err: BaseException) -> str | None:
+    """What to install when ``err`` is an import of an optional package that is not installed
+    (``needs the durable extra (pip install 'tether[durable]'): no module named 'dbos'``), else None."""
+    name = getattr(err, "name", None)
+    if not isinstance(err, ModuleNotFoundError) or not isinstance(name, str):
+        return None
+    extra = EXTRA_OF_MODULE.get(name.split(".")[0])
+    if extra is None:
+        return None
+    also = " or, for durable runs, 'tether[durable]'" if extra == "postgres" else ""
+    return f"needs the {extra} extra (pip install 'tether[{extra}]'{also}): no module named {name!r}"
+
+
 # What each code means: the help of every command that runs something, and the docs' table.
 EXIT_MEANINGS = {
     0: "accepted, and every call the model asked for ran and succeeded",
@@ -161,6 +186,9 @@ def run_payload(
     ]
     out.update(extra)
     out["notes"] = result_notes(result)
+    # An unpriced model's answers count 0 in cost_usd: say so, or 0.0 reads as "free".
+    events = getattr(result, "events", ())
+    out["unpriced"] = any(str(e.kind) == "model_response" and e.data.get("unpriced") for e in events)
     out.update(run_envelope(str(result.stop_reason), result.detail, problems))
     return out
 
@@ -346,7 +374,9 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     print(safe(f"answer: {payload.get('answer')}"))
     for key in ("llm_calls", "tokens", "cost_usd", "trace", "results_file"):
         if payload.get(key) not in (None, ""):
-            print(f"{key}: {payload[key]}")
+            unpriced = key == "cost_usd" and payload.get("unpriced")
+            why = f"  (not counted: {payload.get('model') or 'the model'} has no price; add model.prices)"
+            print(safe(f"{key}: {payload[key]}{why if unpriced else ''}"))
 
 
 _KEPT = re.compile(r"([\n\t\\])")

@@ -100,6 +100,18 @@ class Agent:
     remember: Callable[[RunState], Sequence[MemoryRecord]] | None = None
     context: ContextConfig | None = None  # status bar, compression, skills, tool search (C1-C7)
 
+    def __post_init__(self) -> None:
+        # Other frameworks take a model's name ("openai:gpt-4o"); here a run would fail deep in the loop.
+        if not callable(getattr(self.model, "complete", None)):
+            from tether.errors import ConfigError
+
+            raise ConfigError(
+                f"Agent(model={self.model!r:.60}): model is a model object, not a name: "
+                "tether.models.OpenAICompatible('gpt-4o', base_url=...), OpenAIResponses, "
+                "AnthropicMessages, or tether.testing.ScriptedModel([...]) (an agent file names its "
+                "model as model: {provider, name})"
+            )
+
 
 @dataclass
 class RunResult:

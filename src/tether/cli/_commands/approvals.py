@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
 from tether.clisupport.approvals_db import default_db
-from tether.clisupport.output import emit_json, fail, outcome, table
+from tether.clisupport.output import emit_json, fail, missing_extra, outcome, table
 from tether.errors import ApprovalError, ConfigError
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
             stores = open_stores(db)
         except DeploymentUnavailable as err:
             return fail(f"tether approvals {args.action}", err, as_json=as_json, code=err.exit)
-        except Exception as err:  # a bad URL: say so, as for a missing file
+        except Exception as err:  # a bad URL or a missing extra: say so, as for a missing file
+            if (needs := missing_extra(err)) is not None:
+                return fail(f"tether approvals {args.action}", needs, as_json=as_json, error="missing_extra")
             return fail(f"tether approvals {args.action}", err, as_json=as_json)
         return Approvals(stores.approvals), stores
     if not Path(db).exists():  # never create a store just to look into it
