@@ -195,13 +195,16 @@ async def test_a_write_a_store_decodes_from_a_text_escape_is_still_the_runs(form
     rules = ProvenanceRules(NOTE_RULES, NOTE_TRUST)
     steps = ((call("read_inbox"),), (save,), (call("list_notes"),), (mark,))
     found = await _run(world.tools(), rules, request, *steps)
-    assert world.notes[-1]["contacts"] == [filed]  # the premise: the app filed the address
+    # Since round 34 the save is judged as the app keeps it (``party_handles`` reads a write's
+    # parties in every form ``decoded`` gives): it goes to a reviewer and nothing is filed.
+    at_save = [["untrusted_handle"] * len(found[0])]
+    assert found == [*at_save, ["untrusted_origin"]]
+    assert filed not in repr(world.notes)
     assert world.received == []
-    assert found == [["untrusted_origin"]]
     # The note's own contact, filed before the run, is still sent the report unreviewed.
     carol = call("send_email", recipients=[CAROL], body="The report.")
     legit = ((call("read_inbox"),), (save,), (call("list_notes"),), (carol,))
-    assert await _run(world.tools(), rules, request, *legit) == []
+    assert await _run(world.tools(), rules, request, *legit) == at_save
     assert world.received == [{"recipients": [CAROL], "body": "The report."}]
 
 

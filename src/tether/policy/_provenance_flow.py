@@ -13,6 +13,7 @@ from typing import Any
 
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, unfolded
@@ -206,26 +207,37 @@ def party_handles(
     rules_of: Callable[[str], Any] | None = None,
     before: Sequence[Sequence[str]] = (),
 ) -> list[tuple[str, list[Origin]]]:
-    """What in ``value`` (``argument`` of ``call``) points at a party, each with its origins
-    (``handle_origins``) to be judged: its addresses and accounts (``find_handles``), its long
-    numbers (``find_numbers``: a phone, an account of digits) but those that are digits of an
-    account the store makes with the run's earlier pieces, and what it makes with those pieces
-    (``joined_handles``)."""
+    """What in ``value`` (``argument`` of ``call``) points at a party, as written and in each
+    form a store may keep it (``decoded``: escapes undone, markup rendered), each with its
+    origins (``handle_origins``) to be judged: its addresses and accounts (``find_handles``),
+    its long numbers (``find_numbers``: a phone, an account of digits) but those that are
+    digits of an account the store makes with the run's earlier pieces, what it makes with
+    those pieces (``joined_handles``), and the digits a write opens with (``edge_fragments``)."""
     joined = joined_handles(call, argument, value, rules_of, before)
     accounts = [j for j in joined if "@" not in j]
-    numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
-    handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
+    # As written, and as a store that undoes an escape or renders markup keeps it (``decoded``:
+    # ``%30%30…``, ``&#48;…``, ``000<b>123</b>456789`` are the account they show). Its base64
+    # is judged as elements of their own (``self_decoded``), and a value its tool reshapes as
+    # the tool receives it (``judged_as_received``).
+    forms = [value, *(_stored(value) if argument not in call.reshaped else ())]
+    numbers = [n for f in forms for n in find_numbers(f) if not any(_digits(n) in a for a in accounts)]
+    handles = dict.fromkeys([*(h for f in forms for h in find_handles(f)), *numbers, *joined])
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         held = [_digits(h) for h in handles]
-        handles.update(
-            dict.fromkeys(f for f in edge_fragments(value) if not any(_digits(f) in d for d in held))
-        )
+        edges = [e for f in forms for e in edge_fragments(f)]
+        handles.update(dict.fromkeys(e for e in edges if not any(_digits(e) in d for d in held)))
     found = [(h, handle_origins(index, h)) for h in handles]
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
         found += link_pieces(index, value)
     return found
+
+
+def _stored(value: str) -> list[str]:
+    """The forms of ``value`` a store may keep (``decoded``) but its base64 (``decoded_forms``)."""
+    own = decoded_forms(value)
+    return [form for form in decoded(value) if form not in own]
 
 
 _LINK_MARKS = frozenset(".[]/:@")
