@@ -212,7 +212,8 @@ def party_handles(
     origins (``handle_origins``) to be judged: its addresses and accounts (``find_handles``),
     its long numbers (``find_numbers``: a phone, an account of digits) but those that are
     digits of an account the store makes with the run's earlier pieces, what it makes with
-    those pieces (``joined_handles``), and the digits a write opens with (``edge_fragments``)."""
+    those pieces (``joined_handles``), and the digits a write opens and closes with
+    (``edge_fragments``, ``closing_fragment``)."""
     joined = joined_handles(call, argument, value, rules_of, before)
     accounts = [j for j in joined if "@" not in j]
     # As written, and as a store that undoes an escape or renders markup keeps it (``decoded``:
@@ -227,6 +228,8 @@ def party_handles(
         edges = [e for f in forms for e in edge_fragments(f)]
         handles.update(dict.fromkeys(e for e in edges if not any(_digits(e) in d for d in held)))
     found = [(h, handle_origins(index, h)) for h in handles]
+    if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
+        found += _closing(index, forms, [_digits(h) for h in handles])
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
@@ -286,6 +289,34 @@ def edge_fragments(value: str) -> list[str]:
     head = _RUN.match(text[:_EDGE_CHARS])
     raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
+
+
+_TAIL = re.compile(rf"(?:[\d{_MARKS}]|[,'\u2019](?=\d{{3}}))*\Z")  # the run a value closes with
+
+
+def closing_fragment(value: str) -> str:
+    """The run of digits ``value`` closes with (as ``edge_fragments`` reads the one it opens
+    with), of ``FRAGMENT_DIGITS`` or more, else "": a store may put what it already holds after
+    it (a store that prepends; a find-and-replace writing ``Deposit 000123`` over the
+    ``Deposit `` of ``Deposit 456789``, or taking the word out of ``000123 NOTE456789``)."""
+    text = undated(unfold(value, fold_case=False))
+    tail = _TAIL.search(text[-_EDGE_CHARS:])
+    raw = _CENTS_AT_END.sub("", " ".join(tail.group(0).split()).strip(_EDGE_MARKS)) if tail else ""
+    return raw if len(_digits(raw)) >= FRAGMENT_DIGITS else ""
+
+
+def _closing(index: ProvenanceIndex, forms: list[str], held: list[str]) -> list[tuple[str, list[Origin]]]:
+    """The digits the forms of a write close with (``closing_fragment``), judged where they are
+    a piece of what a result or the request holds (``handle_origins``): digits traced nowhere
+    (a figure the model wrote: ``Trip done, 4711``) are left to the checks above, as a closing
+    figure in notes is common where an opening one is not."""
+    out: list[tuple[str, list[Origin]]] = []
+    for raw in dict.fromkeys(closing_fragment(f) for f in forms):
+        if raw and not any(_digits(raw) in d for d in held):
+            origins = handle_origins(index, raw)
+            if any(o.kind != "nowhere" for o in origins):
+                out.append((raw, origins))
+    return out
 
 
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
