@@ -292,6 +292,7 @@ def edge_fragments(value: str) -> list[str]:
 
 
 _TAIL = re.compile(rf"(?:[\d{_MARKS}]|[,'\u2019](?=\d{{3}}))*\Z")  # the run a value closes with
+NOWHERE_CLOSING = 6  # the closing digits judged even where nothing the run read holds them
 
 
 def closing_fragment(value: str) -> str:
@@ -307,14 +308,15 @@ def closing_fragment(value: str) -> str:
 
 def _closing(index: ProvenanceIndex, forms: list[str], held: list[str]) -> list[tuple[str, list[Origin]]]:
     """The digits the forms of a write close with (``closing_fragment``), judged where they are
-    a piece of what a result or the request holds (``handle_origins``): digits traced nowhere
-    (a figure the model wrote: ``Trip done, 4711``) are left to the checks above, as a closing
-    figure in notes is common where an opening one is not."""
+    a piece of what a result or the request holds (``handle_origins``), or, traced nowhere (an
+    account a review gave in words or reversed, written out in figures), where they are
+    ``NOWHERE_CLOSING`` digits or more: a short figure the model wrote (``Trip done, 4711``)
+    closes many a note, where few open with one."""
     out: list[tuple[str, list[Origin]]] = []
     for raw in dict.fromkeys(closing_fragment(f) for f in forms):
         if raw and not any(_digits(raw) in d for d in held):
             origins = handle_origins(index, raw)
-            if any(o.kind != "nowhere" for o in origins):
+            if len(_digits(raw)) >= NOWHERE_CLOSING or any(o.kind != "nowhere" for o in origins):
                 out.append((raw, origins))
     return out
 
