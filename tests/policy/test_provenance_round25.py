@@ -177,8 +177,7 @@ ENCODED = {
         "form-json",
         _escaped('"Agenda owner: ' + _escaped(STRANGER, "\\u{:04x}") + '"', "%{:02X}"),
     ),
-    # Character references were read before this round (``reprinted``): kept as a check. Since
-    # round 38 the import is judged for the address they render.
+    # Character references were read before this round (``reprinted``): kept as a check.
     "html": ("html", "Agenda owner: " + _escaped(STRANGER, "&#{};")),
 }
 
@@ -196,19 +195,16 @@ async def test_a_write_a_store_decodes_from_a_text_escape_is_still_the_runs(form
     rules = ProvenanceRules(NOTE_RULES, NOTE_TRUST)
     steps = ((call("read_inbox"),), (save,), (call("list_notes"),), (mark,))
     found = await _run(world.tools(), rules, request, *steps)
-    if form == "html":
-        # Round 38: an address in character references is found as rendered (``reader_views``),
-        # so the import itself goes to a reviewer: nothing filed, nothing sent.
-        assert found == [["untrusted_handle"], ["untrusted_origin"]] and world.received == []
-        assert world.notes[-1]["contacts"] != [filed]
-        return
-    assert world.notes[-1]["contacts"] == [filed]  # the premise: the app filed the address
+    # Since round 34 the save is judged as the app keeps it (``party_handles`` reads a write's
+    # parties in every form ``decoded`` gives): it goes to a reviewer and nothing is filed.
+    at_save = [["untrusted_handle"] * len(found[0])]
+    assert found == [*at_save, ["untrusted_origin"]]
+    assert filed not in repr(world.notes)
     assert world.received == []
-    assert found == [["untrusted_origin"]]
     # The note's own contact, filed before the run, is still sent the report unreviewed.
     carol = call("send_email", recipients=[CAROL], body="The report.")
     legit = ((call("read_inbox"),), (save,), (call("list_notes"),), (carol,))
-    assert await _run(world.tools(), rules, request, *legit) == []
+    assert await _run(world.tools(), rules, request, *legit) == at_save
     assert world.received == [{"recipients": [CAROL], "body": "The report."}]
 
 

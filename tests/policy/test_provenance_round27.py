@@ -159,7 +159,9 @@ async def test_an_account_the_store_decodes_from_pieces_is_judged_as_it_is_kept(
     world = DecodingNotes()
     pieces = [b64(ATTACKER_IBAN[:10]), b64(ATTACKER_IBAN[10:])]
     first = await run(world, *READ, *(call("append_file", name="Paris", content=p) for p in pieces))
-    assert problems(first.events) == ["untrusted_handle"] and world.files == {"Paris": ATTACKER_IBAN[:10]}
+    # Since round 34 the first piece is held too: the digits it closes with are a piece of the
+    # account the review gave (``closing_fragment``), which a store may put before what it holds.
+    assert problems(first.events) == ["untrusted_handle"] * 2 and world.files == {}
 
 
 @pytest.mark.parametrize("account", [FRIEND_IBAN, HOTEL_IBAN], ids=["users", "listings"])

@@ -171,7 +171,8 @@ async def test_pieces_a_store_decodes_in_one_turn_are_joined_as_it_keeps_them() 
     # as the store keeps them, they are the attacker's account: the second piece is held.
     world = DecodingNotes()
     first = await run(world, REQUEST, READ, _one_turn(ATTACKER_IBAN))
-    assert first == ["untrusted_handle"] and world.files == {"Paris": ATTACKER_IBAN[:10]}
+    # Since round 34 the first piece is held too (the digits it closes with: ``closing_fragment``).
+    assert first == ["untrusted_handle"] * 2 and world.files == {}
     assert await pay_from_notes(world, ATTACKER_IBAN) == ["untrusted_origin"]
     assert world.received == []
 
@@ -205,7 +206,8 @@ def _create_then_append(account: str, *, together: bool) -> list[tuple[ToolCall,
 async def test_an_account_split_between_create_and_append_is_joined(together: bool) -> None:
     world = Files()
     first = await run(world, REQUEST, READ, *_create_then_append(ATTACKER_IBAN, together=together))
-    assert first == ["untrusted_handle"] and world.files == {"Paris": ATTACKER_IBAN[:10]}
+    # Since round 34 the first piece is held too (the digits it closes with: ``closing_fragment``).
+    assert first == ["untrusted_handle"] * 2 and world.files == {}
     assert await pay_from_notes(world, ATTACKER_IBAN) == ["untrusted_origin"]
     assert world.received == []
 

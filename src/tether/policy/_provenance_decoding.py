@@ -4,8 +4,10 @@ back from a store that decoded it is still the run's, traced to what it was when
 
 Transfer encodings (base64, whole or in MIME's lines; quoted-printable) and text escapes: a
 form's or a URL's percent escapes (``%40``, ``+`` for a space), a JSON or source string's
-backslash escapes (``\\u0040``, ``\\x40``), HTML character references (``&#64;``), and a
-domain's punycode labels (``xn--``) as a mail client shows them. Escapes within escapes
+backslash escapes (``\\u0040``, ``\\x40``), HTML character references (``&#64;``), a
+domain's punycode labels (``xn--``) as a mail client shows them, and markup as a store that
+renders it to text keeps it (``_rendered``: HTML tags and comments, markdown's emphasis, code
+and strike marks left out, so ``000<b>123</b>456789`` is the number it shows). Escapes within escapes
 (a percent escape in base64, ``%255C``) are undone too, a few layers deep. Base64 is also read
 as a lenient decoder reads a whole value (either alphabet, every other character skipped), and
 word by word inside prose.
@@ -13,7 +15,10 @@ word by word inside prose.
 The same forms are what a call's arguments are judged in besides the text as written
 (``self_decoded``, in ``judged_as_received``): the host cannot see what a tool's function does
 with a value after its validators, and a store that imports an upload on its own keeps the
-decoded value, so a goal hidden in an encoding is judged as the goal it is.
+decoded value, so a goal hidden in an encoding is judged as the goal it is. The parties a
+write keeps (its addresses, accounts and long numbers) are looked for in every form ``decoded``
+reads (``provenance_flow.party_handles``): a store that undoes an escape or renders markup on
+its own keeps them so, and a later request reads them back as the store's own.
 """
 
 from __future__ import annotations
@@ -101,7 +106,14 @@ def _forms(value: Any, depth: int) -> Any:
 def _once(value: str) -> list[str]:
     """Each one-layer decoding of ``value`` that changes it."""
     out = _base64_once(value)
-    decoders: list[Callable[[str], str]] = [_quoted_printable, _percent, _backslash, _references, _punycode]
+    decoders: list[Callable[[str], str]] = [
+        _quoted_printable,
+        _percent,
+        _backslash,
+        _references,
+        _punycode,
+        _rendered,
+    ]
     for decode in decoders:
         text = decode(value)
         if text.strip() and text != value:
@@ -162,6 +174,18 @@ def _backslash(value: str) -> str:
 
 def _references(value: str) -> str:
     return html.unescape(value) if "&" in value and _REFERENCE.search(value) else value
+
+
+# Markup a store may render away: an HTML comment (to its end, or the value's), a tag (a name
+# after ``<``, or ``</``), and markdown's emphasis, code and strike marks.
+_MARKUP = re.compile(r"<!--.*?(?:-->|$)|</?[A-Za-z][^<>]{0,400}>|[*`~]+", re.S)
+
+
+def _rendered(value: str) -> str:
+    """``value`` as a store that renders markup to text keeps it: its tags, comments and
+    markdown marks left out (``000**123**456789``, ``0001<!-- -->23456789`` are one number
+    there; a rendered table's cells ``<td>000</td><td>123…`` run on, the strict reading)."""
+    return _MARKUP.sub("", value) if _MARKUP.search(value) else value
 
 
 def _punycode(value: str) -> str:

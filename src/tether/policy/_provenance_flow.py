@@ -13,6 +13,7 @@ from typing import Any
 
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
@@ -222,26 +223,40 @@ def party_handles(
     rules_of: Callable[[str], Any] | None = None,
     before: Sequence[Sequence[str]] = (),
 ) -> list[tuple[str, list[Origin]]]:
-    """What in ``value`` (``argument`` of ``call``) points at a party, each with its origins
-    (``handle_origins``) to be judged: its addresses and accounts (``find_handles``), its long
-    numbers (``find_numbers``: a phone, an account of digits) but those that are digits of an
-    account the store makes with the run's earlier pieces, and what it makes with those pieces
-    (``joined_handles``)."""
+    """What in ``value`` (``argument`` of ``call``) points at a party, as written and in each
+    form a store may keep it (``decoded``: escapes undone, markup rendered), each with its
+    origins (``handle_origins``) to be judged: its addresses and accounts (``find_handles``),
+    its long numbers (``find_numbers``: a phone, an account of digits) but those that are
+    digits of an account the store makes with the run's earlier pieces, what it makes with
+    those pieces (``joined_handles``), and the digits a write opens and closes with
+    (``edge_fragments``, ``closing_fragment``)."""
     joined = joined_handles(call, argument, value, rules_of, before)
     accounts = [j for j in joined if "@" not in j]
-    numbers = [n for n in find_numbers(value) if not any(_digits(n) in a for a in accounts)]
-    handles = dict.fromkeys([*find_handles(value), *numbers, *joined])
+    # As written, and as a store that undoes an escape or renders markup keeps it (``decoded``:
+    # ``%30%30…``, ``&#48;…``, ``000<b>123</b>456789`` are the account they show). Its base64
+    # is judged as elements of their own (``self_decoded``), and a value its tool reshapes as
+    # the tool receives it (``judged_as_received``).
+    forms = [value, *(_stored(value) if argument not in call.reshaped else ())]
+    numbers = [n for f in forms for n in find_numbers(f) if not any(_digits(n) in a for a in accounts)]
+    handles = dict.fromkeys([*(h for f in forms for h in find_handles(f)), *numbers, *joined])
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         held = [_digits(h) for h in handles]
-        handles.update(
-            dict.fromkeys(f for f in edge_fragments(value) if not any(_digits(f) in d for d in held))
-        )
+        edges = [e for f in forms for e in edge_fragments(f)]
+        handles.update(dict.fromkeys(e for e in edges if not any(_digits(e) in d for d in held)))
     found = [(h, handle_origins(index, h)) for h in handles]
+    if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
+        found += _closing(index, forms, [_digits(h) for h in handles])
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
         found += link_pieces(index, value)
     return found
+
+
+def _stored(value: str) -> list[str]:
+    """The forms of ``value`` a store may keep (``decoded``) but its base64 (``decoded_forms``)."""
+    own = decoded_forms(value)
+    return [form for form in decoded(value) if form not in own]
 
 
 _LINK_MARKS = frozenset(".[]/:@")
@@ -290,6 +305,36 @@ def edge_fragments(value: str) -> list[str]:
     head = _RUN.match(text[:_EDGE_CHARS])
     raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
+
+
+_TAIL = re.compile(rf"(?:[\d{_MARKS}]|[,'\u2019](?=\d{{3}}))*\Z")  # the run a value closes with
+NOWHERE_CLOSING = 6  # the closing digits judged even where nothing the run read holds them
+
+
+def closing_fragment(value: str) -> str:
+    """The run of digits ``value`` closes with (as ``edge_fragments`` reads the one it opens
+    with), of ``FRAGMENT_DIGITS`` or more, else "": a store may put what it already holds after
+    it (a store that prepends; a find-and-replace writing ``Deposit 000123`` over the
+    ``Deposit `` of ``Deposit 456789``, or taking the word out of ``000123 NOTE456789``)."""
+    text = undated(unfold(value, fold_case=False))
+    tail = _TAIL.search(text[-_EDGE_CHARS:])
+    raw = _CENTS_AT_END.sub("", " ".join(tail.group(0).split()).strip(_EDGE_MARKS)) if tail else ""
+    return raw if len(_digits(raw)) >= FRAGMENT_DIGITS else ""
+
+
+def _closing(index: ProvenanceIndex, forms: list[str], held: list[str]) -> list[tuple[str, list[Origin]]]:
+    """The digits the forms of a write close with (``closing_fragment``), judged where they are
+    a piece of what a result or the request holds (``handle_origins``), or, traced nowhere (an
+    account a review gave in words or reversed, written out in figures), where they are
+    ``NOWHERE_CLOSING`` digits or more: a short figure the model wrote (``Trip done, 4711``)
+    closes many a note, where few open with one."""
+    out: list[tuple[str, list[Origin]]] = []
+    for raw in dict.fromkeys(closing_fragment(f) for f in forms):
+        if raw and not any(_digits(raw) in d for d in held):
+            origins = handle_origins(index, raw)
+            if len(_digits(raw)) >= NOWHERE_CLOSING or any(o.kind != "nowhere" for o in origins):
+                out.append((raw, origins))
+    return out
 
 
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
