@@ -82,7 +82,11 @@ def _later_applied(conn: Connection) -> list[str]:
     (``later_breaking``: a worker of this release must stop serving the deployment). Read in a
     transaction of its own, after the beat: a journal that cannot be read never stops a beat
     (a live worker declared dead, its runs recovered under it)."""
-    found = conn.exec_driver_sql("SELECT to_regclass('_migrations') IS NOT NULL").scalar()
+    found = conn.exec_driver_sql(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
+        if conn.dialect.name == "sqlite"
+        else "SELECT to_regclass('_migrations') IS NOT NULL"
+    ).scalar()
     if not found:
         raise JournalMissing(
             "the deployment's journal of migrations (_migrations) is missing (a partial restore?):"
@@ -246,7 +250,8 @@ class Worker:
         self.digests: dict[str, str | None] = {}
         self.drained: dict[str, int] = {}
         self._holds_process = False
-        # Set once a later release applied a migration this one cannot work beside (PostgreSQL).
+        # Set once a later release applied a migration this one cannot work beside (PostgreSQL: at a
+        # heartbeat; SQLite: at the same duty, from each store file's journal).
         self.outdated = threading.Event()
 
     def start(self) -> Worker:
@@ -454,12 +459,21 @@ class Worker:
         del self.errors[:-ERRORS_KEPT]  # a duty failing each round for days: the latest kept, bounded
         log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
 
+    def _journals(self) -> list[Database]:
+        """The databases whose journals tell this worker to stop: PostgreSQL's; on SQLite each
+        store file it works on (a later release's ``db init`` contracts them under it too)."""
+        if self._pg is not None:
+            return [self._pg]
+        s = self.stores
+        dbs = [] if s is None else [getattr(x, "db", None) for x in (s.approvals, s.pins, s.pauses, s.memory)]
+        dbs.append(self.client.intake_db() if self.client is not None else None)
+        return [db for db in dbs if isinstance(db, Database)]
+
     def _heartbeat(self) -> None:
-        if self._pg is None:
-            return
-        self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+        if self._pg is not None:
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
         try:
-            later = self._pg.snapshot(_later_applied)
+            later = sorted({name for db in self._journals() for name in db.snapshot(_later_applied)})
         except JournalMissing:
             if self._journal_gone:
                 return  # said when it went (worker_error), not on every beat
