@@ -14,6 +14,14 @@ What did not hold, each fixed here and pinned below:
   was checked only when a store was opened, and a console serves for days. A decision now reads
   the journal in its own transaction and is refused (``schema_too_new``, nothing written) past
   such a migration, on SQLite and PostgreSQL alike; an unmarked one is decided beside as before.
+- on a SQLite deployment, a worker killed (-9) with runs in flight and replaced by a worker under
+  another executor id (``tether worker`` names itself ``host-pid`` unless told, and an upgrade's
+  new worker is often named anew) never got those runs: DBOS recovers a workflow only on the
+  executor that ran it, and only PostgreSQL had a heartbeat to tell a survivor the other was
+  dead. They stood ``running`` for good. Each SQLite worker now holds a lock file of its own
+  (``workers/<executor>.lock``) while it runs; a live worker that can take another's lock hands
+  that executor's pending runs back to the queue: each run continues once, its cut call run again
+  (as any recovery), and a live worker's runs are never taken.
 """
 
 from __future__ import annotations
@@ -173,3 +181,37 @@ def test_a_decision_on_a_store_a_later_release_contracted_since_it_was_opened_is
         assert str(kept.status) == "pending" and kept.decided_by is None  # nothing written
     finally:
         store.close()
+
+
+# -- a SQLite worker killed and replaced under another executor id --------------------------------
+
+
+def test_a_sqlite_workers_runs_are_taken_over_by_a_worker_under_another_executor_id(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Two runs inside their first call on s1; s2 starts beside it (s1's runs stay s1's while it
+    lives); s1 is killed (-9): s2 takes them, each pauses and its approved effect happens once."""
+    from collections import Counter
+
+    op = deployed(tmp_path, capsys, lambda folder: _write_version(folder, "A"))
+    gate = tmp_path / "agent" / "gate-A"
+    gate.write_text("")
+    try:
+        op.start("s1")
+        runs = [op.submit(), op.submit()]
+        op.until("both runs inside their call", lambda: {r[0] for r in op.lines("reads.log")} == set(runs))
+        op.start("s2")
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL
+        gate.unlink()
+        op.until("both runs to pause on s2", lambda: op.status(*runs) == ["paused", "paused"], 90)
+        reads = Counter(r[0] for r in op.lines("reads.log"))
+        assert reads == {runs[0]: 2, runs[1]: 2}, reads  # the cut call again, once; never while s1 lived
+        taken = [e for e in _logged(tmp_path, "s2") if e["event"] == "executors_recovered"]
+        assert [e["dead"] for e in taken] == [[f"s1-{op.suffix}"]], taken
+        assert sorted(taken[0]["requeued"]) == sorted(runs), taken
+        for run_id in runs:
+            op.approve(run_id)
+        op.until("both runs to finish", lambda: op.status(*runs) == ["finished", "finished"])
+        assert sorted(r[0] for r in op.lines("effects.log")) == sorted(runs)  # each effect once
+    finally:
+        op.stop()

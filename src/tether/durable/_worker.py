@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from tether.durable import _local as local
 from tether.durable._client import DurableClient, hold_run
 from tether.durable._config import APP_NAME
 from tether.durable._events import log_event, quiet_cancellations
@@ -240,6 +241,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._mover: threading.Thread | None = None
         self._pg: Database | None = None
+        self._alive: int | None = None  # SQLite: this worker's lock file (_local), held while it runs
         self._left: str | None = None  # the version this executor ran before, if another
         self.errors: list[str] = []
         self._journal_gone = False  # said once while the migrations journal cannot be read
@@ -306,6 +308,7 @@ class Worker:
         pool = max(8, 2 * c.concurrency + 4)
         if self._pg is None:  # SQLite: the deployment's one version, kept across tether's releases
             self.version = deployment_version_at(c.url)
+            self._alive = local.hold(self.stores.location.path, self.executor_id)  # before DBOS recovers
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
         cfg["application_version"] = self.version
         for attempt in range(3):
@@ -384,6 +387,8 @@ class Worker:
         took["dbos_s"] = time.monotonic() - started - sum(took.values())
         set_runtime(None)
         self._release_process()
+        local.release(self._alive)  # a clean stop: a survivor takes what is left at once
+        self._alive = None
         if self._pg is not None:
             try:
                 self._pg.run(_stopped, self.executor_id)
@@ -492,10 +497,14 @@ class Worker:
             )
 
     def _recover_dead(self) -> None:
-        if self._pg is None or self.client is None:
+        if self.client is None or self.stores is None:
             return
         c = self.config
-        taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
+        if self._pg is None:  # SQLite: a worker is alive while it holds its lock file (_local)
+            folder = self.stores.location.path
+            taken = local.take_over(folder, self.executor_id, self.client.dbos, self.version)
+        else:
+            taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
         if taken:
             requeued = [wid for wids in taken.values() for wid in wids]
             log_event("executors_recovered", executor=self.executor_id, dead=list(taken), requeued=requeued)
