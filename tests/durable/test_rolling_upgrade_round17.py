@@ -21,7 +21,9 @@ What did not hold, each fixed here and pinned below:
   dead. They stood ``running`` for good. Each SQLite worker now holds a lock file of its own
   (``workers/<executor>.lock``) while it runs; a live worker that can take another's lock hands
   that executor's pending runs back to the queue: each run continues once, its cut call run again
-  (as any recovery), and a live worker's runs are never taken.
+  (as any recovery), and a live worker's runs are never taken. A worker of an earlier release
+  holds no such file: its runs are handed back once no other process of the machine holds the
+  deployment's ``dbos.sqlite`` open (played below with the release this branch started from).
 """
 
 from __future__ import annotations
@@ -213,5 +215,53 @@ def test_a_sqlite_workers_runs_are_taken_over_by_a_worker_under_another_executor
             op.approve(run_id)
         op.until("both runs to finish", lambda: op.status(*runs) == ["finished", "finished"])
         assert sorted(r[0] for r in op.lines("effects.log")) == sorted(runs)  # each effect once
+    finally:
+        op.stop()
+
+
+# The release this round started from (``UPGRADE_FROM``: commits of this repository, comma-separated).
+OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "793a39a3").split(",") if c.strip()]
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
+    commit = str(request.param).strip()
+    dest = tmp_path_factory.mktemp(f"old-{commit}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "src"
+
+
+def test_an_earlier_releases_sqlite_worker_killed_mid_call_is_taken_over_by_this_releases(
+    tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """The upgrade on a SQLite deployment: a worker of the earlier release (no lock file) is
+    killed (-9) inside a run's call; this release's worker, under another executor id, takes the
+    run once nothing else holds the deployment open: it pauses, and its effect happens once."""
+    from test_rolling_upgrade_round6 import NEW_SRC, Mixed
+
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Mixed(f"sqlite:///{tmp_path / 'deployment'}", tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", op.url)
+    gate = tmp_path / "agent" / "gate-A"
+    gate.write_text("")
+    try:
+        op.start_on("o1", old_src)
+        run_id = op.old_submit()
+        op.until("the run inside its call", lambda: [r for r in op.lines("reads.log") if r[0] == run_id])
+        assert op.signal("o1", signal.SIGKILL) == -signal.SIGKILL
+        gate.unlink()
+        op.start_on("n1", NEW_SRC)
+        op.until("the run to pause on n1", lambda: op.status(run_id) == ["paused"], 90)
+        taken = [e for e in _logged(tmp_path, "n1") if e["event"] == "executors_recovered"]
+        assert [e["dead"] for e in taken] == [[f"o1-{op.suffix}"]], taken
+        op.approve(run_id)
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]  # once
+        assert len(op.lines("reads.log")) == 2  # the cut call again, once
     finally:
         op.stop()
