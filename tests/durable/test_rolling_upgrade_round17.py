@@ -94,12 +94,12 @@ def test_a_sqlite_worker_stops_when_a_later_release_contracts_the_deployment_und
         assert code == 0, out
         proc = op.procs.pop("s1")
         try:
-            code: int | None = proc.wait(120)
+            exited: int | None = proc.wait(120)
         except subprocess.TimeoutExpired:
-            code = None
+            exited = None
         finally:
             proc.kill()
-        assert code == 1, "the worker went on serving a schema it does not know"
+        assert exited == 1, "the worker went on serving a schema it does not know"
         said = [e for e in _logged(tmp_path, "s1") if e["event"] == "schema_too_new"]
         assert said and said[0]["migrations"] == [mark], said
         assert [r[0] for r in op.lines("effects.log")] == [run_id]  # the effect once
