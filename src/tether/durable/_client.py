@@ -206,6 +206,11 @@ class DurableClient:
             self._intake_db.check_journal("intake")  # unmigrated here: refused if a later release's
         return self._intake_db
 
+    def intake_db(self) -> Any:
+        """A SQLite deployment's ``intake.db`` as a ``Database`` (None on PostgreSQL, whose
+        intake is in ``db``, or where there is none)."""
+        return self._intake() if parse_url(self.url).backend == "sqlite" else None
+
     def _intake_run(self, fn: Any, *args: Any, **kw: Any) -> Any:
         """``fn(conn, *args)`` in a transaction of the intake's database; None without an intake."""
         db = self._intake()

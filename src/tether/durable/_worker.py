@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from tether.durable import _local as local
 from tether.durable._client import DurableClient, hold_run
 from tether.durable._config import APP_NAME
 from tether.durable._events import log_event, quiet_cancellations
@@ -82,7 +83,11 @@ def _later_applied(conn: Connection) -> list[str]:
     (``later_breaking``: a worker of this release must stop serving the deployment). Read in a
     transaction of its own, after the beat: a journal that cannot be read never stops a beat
     (a live worker declared dead, its runs recovered under it)."""
-    found = conn.exec_driver_sql("SELECT to_regclass('_migrations') IS NOT NULL").scalar()
+    found = conn.exec_driver_sql(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
+        if conn.dialect.name == "sqlite"
+        else "SELECT to_regclass('_migrations') IS NOT NULL"
+    ).scalar()
     if not found:
         raise JournalMissing(
             "the deployment's journal of migrations (_migrations) is missing (a partial restore?):"
@@ -236,6 +241,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._mover: threading.Thread | None = None
         self._pg: Database | None = None
+        self._alive: int | None = None  # SQLite: this worker's lock file (_local), held while it runs
         self._left: str | None = None  # the version this executor ran before, if another
         self.errors: list[str] = []
         self._journal_gone = False  # said once while the migrations journal cannot be read
@@ -246,7 +252,8 @@ class Worker:
         self.digests: dict[str, str | None] = {}
         self.drained: dict[str, int] = {}
         self._holds_process = False
-        # Set once a later release applied a migration this one cannot work beside (PostgreSQL).
+        # Set once a later release applied a migration this one cannot work beside (PostgreSQL: at a
+        # heartbeat; SQLite: at the same duty, from each store file's journal).
         self.outdated = threading.Event()
 
     def start(self) -> Worker:
@@ -301,6 +308,7 @@ class Worker:
         pool = max(8, 2 * c.concurrency + 4)
         if self._pg is None:  # SQLite: the deployment's one version, kept across tether's releases
             self.version = deployment_version_at(c.url)
+            self._alive = local.hold(self.stores.location.path, self.executor_id)  # before DBOS recovers
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
         cfg["application_version"] = self.version
         for attempt in range(3):
@@ -379,6 +387,8 @@ class Worker:
         took["dbos_s"] = time.monotonic() - started - sum(took.values())
         set_runtime(None)
         self._release_process()
+        local.release(self._alive)  # a clean stop: a survivor takes what is left at once
+        self._alive = None
         if self._pg is not None:
             try:
                 self._pg.run(_stopped, self.executor_id)
@@ -454,12 +464,21 @@ class Worker:
         del self.errors[:-ERRORS_KEPT]  # a duty failing each round for days: the latest kept, bounded
         log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
 
+    def _journals(self) -> list[Database]:
+        """The databases whose journals tell this worker to stop: PostgreSQL's; on SQLite each
+        store file it works on (a later release's ``db init`` contracts them under it too)."""
+        if self._pg is not None:
+            return [self._pg]
+        s = self.stores
+        dbs = [] if s is None else [getattr(x, "db", None) for x in (s.approvals, s.pins, s.pauses, s.memory)]
+        dbs.append(self.client.intake_db() if self.client is not None else None)
+        return [db for db in dbs if isinstance(db, Database)]
+
     def _heartbeat(self) -> None:
-        if self._pg is None:
-            return
-        self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+        if self._pg is not None:
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
         try:
-            later = self._pg.snapshot(_later_applied)
+            later = sorted({name for db in self._journals() for name in db.snapshot(_later_applied)})
         except JournalMissing:
             if self._journal_gone:
                 return  # said when it went (worker_error), not on every beat
@@ -478,10 +497,14 @@ class Worker:
             )
 
     def _recover_dead(self) -> None:
-        if self._pg is None or self.client is None:
+        if self.client is None or self.stores is None:
             return
         c = self.config
-        taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
+        if self._pg is None:  # SQLite: a worker is alive while it holds its lock file (_local)
+            folder = self.stores.location.path
+            taken = local.take_over(folder, self.executor_id, self.client.dbos, self.version)
+        else:
+            taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
         if taken:
             requeued = [wid for wids in taken.values() for wid in wids]
             log_event("executors_recovered", executor=self.executor_id, dead=list(taken), requeued=requeued)

@@ -33,6 +33,7 @@ from tether.policy._store import (
     StoredProposal,
 )
 from tether.sql._database import SqlStore
+from tether.sql._journal import refuse_later
 from tether.sql._tables import approval_events as E
 from tether.sql._tables import effect_ledger as L
 from tether.sql._tables import lock, upsert_for, utc
@@ -136,6 +137,14 @@ def _as_verified(current: StoredProposal, unchanged: StoredProposal) -> dict[str
         "b_hash": unchanged.content_hash,
         "b_effect": unchanged.effect,
     }
+
+
+def _not_contracted(conn: Connection, where: str) -> None:
+    """Refuse (``SchemaTooNew``, nothing written) a decision on a store a later release contracted
+    since this process opened it: a console of this release serves for days, and a migration is
+    checked only at open. Read in the decision's own transaction, so none is written past it."""
+    names = conn.exec_driver_sql("SELECT name FROM _migrations").scalars()
+    refuse_later(where, names, ["approvals"])
 
 
 def _add_event(conn: Connection, proposal_id: str, op: str, actor: str, detail: str, now: datetime) -> None:
@@ -393,6 +402,7 @@ class SqlApprovalStore(SqlStore):
         unchanged: StoredProposal | None = None,
     ) -> StoredProposal:
         def decide(conn: Connection) -> StoredProposal:
+            _not_contracted(conn, str(self.path or self.db))
             current = _get_proposal(conn, proposal_id, lock=True)
             if current is None:
                 raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
