@@ -27,7 +27,7 @@ from tether.context._todo import TodoList
 from tether.context._tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context._toolsearch import ToolSearch, ToolSearchConfig
 from tether.core.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
-from tether.core.stop import StopReason
+from tether.core.stop import Limits, StopReason
 from tether.core.types import Decision, GateOutcome, Observation, Trust
 from tether.errors import ConfigError, PolicyError, ToolError
 from tether.models._base import Model, ModelRequest
@@ -98,8 +98,10 @@ class ContextEngine:
         tenant: str = "",
         emit: Emit | None = None,
         expected_updates: int = 12,
+        limits: Limits | None = None,
     ) -> None:
         self.config = cfg = config or ContextConfig()
+        self.limits = limits  # the run's: what its summaries may spend
         self.clock = clock or (lambda: datetime.now(UTC))
         self._emit = emit or (lambda *a, **k: None)
         base = Path(trace_dir) if trace_dir is not None else None
@@ -131,6 +133,7 @@ class ContextEngine:
         self.last: Composed | None = None
         self._status_mark = 0
         self._usage_charged = Usage()
+        self._calls_charged, self._cost_charged = 0, 0.0
 
     def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
         """The harness tools, part of the stable prefix. Raises ``ConfigError`` on a name clash."""
@@ -213,21 +216,53 @@ class ContextEngine:
         def count(messages: list[Message]) -> int:
             return self.tokens.count(self._request(messages, tail_msgs, tools_enabled))
 
-        view = await self.compressor.prepare(state.trajectory, state.objective, count)
+        self.compressor.allowance = self._allowance(state)
+        try:
+            view = await self.compressor.prepare(state.trajectory, state.objective, count)
+        finally:
+            self._charge(state)  # summaries are model calls: the run pays for them, overflow or not
         request = self._request(view, tail_msgs, tools_enabled)
         check_pairing(request.messages, history=state.trajectory, memo=self._pairing)
         tokens = self.tokens.count(request)
         sample = self.meter.measure(request)
-        spent = self.compressor.stats.usage
-        if spent != self._usage_charged:  # summaries are model calls: the run pays for them
+        self.last = Composed(tokens, sample, strategy, len(request.messages), len(request.tools))
+        return request
+
+    def _charge(self, state: RunState) -> None:
+        """Charge ``state`` with the summaries made since the last charge: their model calls,
+        tokens and cost count against the run's budgets like its own turns."""
+        stats = self.compressor.stats
+        spent = stats.usage
+        if spent != self._usage_charged:
             delta = Usage(
                 spent.prompt_tokens - self._usage_charged.prompt_tokens,
                 spent.completion_tokens - self._usage_charged.completion_tokens,
             )
             state.usage = state.usage + delta
             self._usage_charged = spent
-        self.last = Composed(tokens, sample, strategy, len(request.messages), len(request.tools))
-        return request
+        state.llm_calls += stats.calls - self._calls_charged
+        state.cost_usd += stats.cost_usd - self._cost_charged
+        self._calls_charged, self._cost_charged = stats.calls, stats.cost_usd
+
+    def _allowance(self, state: RunState) -> Callable[[], bool] | None:
+        """Whether the run can pay for one more summary now: a model call left beside the one
+        being composed, and tokens and cost left (``limits``); ``None`` without limits."""
+        lim = self.limits
+        if lim is None:
+            return None
+        stats = self.compressor.stats
+
+        def left() -> bool:
+            calls = state.llm_calls + stats.calls - self._calls_charged
+            tokens = state.usage.total_tokens + stats.usage.total_tokens - self._usage_charged.total_tokens
+            cost = state.cost_usd + stats.cost_usd - self._cost_charged
+            return (
+                calls + 1 < lim.llm_calls
+                and (lim.max_tokens is None or tokens < lim.max_tokens)
+                and (lim.max_cost_usd is None or cost < lim.max_cost_usd)
+            )
+
+        return left
 
     def _status_strategy(self, state: RunState, text: str) -> Literal["replace", "append"]:
         assert self.config.status is not None

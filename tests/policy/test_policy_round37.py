@@ -1,0 +1,209 @@
+"""Policy, round thirty-seven: an attacker who has read the host's rules, beyond provenance.
+
+Identical calls: ``max_identical_calls`` signed a call by the name and the JSON the model wrote,
+before a turn ran and after. One call spelled several ways was several calls: the bare source
+name of a server's tool (``refund`` for ``erp__refund``), a number written ``5`` and ``5.0``, an
+id in cases the tool's own validator folds, an argument left to its default and one written
+out, or a reference (``{"$ref": …}``) beside the value it names. A turn of six refunds under a
+bound of three ran all six. A call is now signed as its tool takes it.
+
+Summaries: a compressing run's summaries are model calls, but only their tokens were charged:
+a turn of large results made a summary call each, outside ``llm_calls`` and ``max_cost_usd``
+(a run held to four calls and $2 made ten calls costing $5). They now count, and a summary the
+run cannot pay for is not asked.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from pydantic import AfterValidator, Field
+
+from tether import Agent, Host, Limits, RunResult, StopReason, tool
+from tether.context import CompressionConfig, ContextConfig
+from tether.core.messages import AssistantMessage, Usage
+from tether.core.types import ToolCall, ToolOutput
+from tether.models._base import ModelRequest, ModelResponse
+from tether.policy import Policy, TrustedContext
+from tether.testing import ScriptedModel, call
+from tether.tools import Effect, ToolContext, ToolSpec
+
+pytestmark = [pytest.mark.spec("L2", "C3", "T1"), pytest.mark.anyio]
+
+CTX = TrustedContext(tenant="shop", roles=frozenset())
+WRITES = Policy(automatic_effects={Effect.READ, Effect.WRITE})
+
+# -- 1. one call, spelled several ways -----------------------------------------------------------
+
+REFUND_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "order_id": {"type": "string"},
+        "amount": {"type": "number"},
+        "reason": {"type": "string", "default": "customer request"},
+    },
+    "required": ["order_id"],
+}
+
+
+class _Erp:
+    """A tool source (a server's, as the host sees one): its tool is offered as ``erp__refund``."""
+
+    name = "erp"
+
+    def __init__(self) -> None:
+        self.paid: list[dict[str, Any]] = []
+
+    async def start(self) -> None:
+        return None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        spec = ToolSpec("erp__refund", "Refund an order.", REFUND_SCHEMA, Effect.WRITE, source="erp")
+        return [ToolSpec(**{**_fields(spec), "remote_name": "refund"})]
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        self.paid.append(arguments)
+        return ToolOutput("refunded")
+
+    async def close(self) -> None:
+        return None
+
+
+def _fields(spec: ToolSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in spec.__slots__}  # type: ignore[attr-defined]
+
+
+async def _turn(host: Host, *calls: ToolCall) -> RunResult:
+    model = ScriptedModel([AssistantMessage(tool_calls=calls), "done"])
+    agent = Agent(instructions="x", model=model, limits=Limits(max_identical_calls=3))
+    return await host.run(agent, "Refund order 742.", context=CTX)
+
+
+def _erp_host() -> tuple[Host, _Erp]:
+    erp = _Erp()
+    host = Host(policy=WRITES)
+    host.add_source(erp)
+    return host, erp
+
+
+SPELLINGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "source name": ({"order_id": "742"}, {"order_id": "742", "_name": "refund"}),
+    "number": ({"order_id": "742", "amount": 5}, {"order_id": "742", "amount": 5.0}),
+    "default": ({"order_id": "742"}, {"order_id": "742", "reason": "customer request"}),
+}
+
+
+def _refund(arguments: dict[str, Any]) -> ToolCall:
+    args = dict(arguments)
+    return call(args.pop("_name", "erp__refund"), **args)  # a fresh call id each time
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+async def test_one_call_spelled_two_ways_is_still_one_call(spelling: str) -> None:
+    host, erp = _erp_host()
+    first, second = SPELLINGS[spelling]
+    result = await _turn(host, *[_refund(first) for _ in range(3)], *[_refund(second) for _ in range(3)])
+    assert result.stop_reason is StopReason.REPETITION and "none ran" in result.detail
+    assert erp.paid == []
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+async def test_a_call_spelled_two_ways_within_the_bound_runs(spelling: str) -> None:
+    host, erp = _erp_host()
+    first, second = SPELLINGS[spelling]
+    result = await _turn(host, _refund(first), _refund(first), _refund(second), call("refund", order_id="9"))
+    assert result.stop_reason is StopReason.ACCEPTED
+    assert sorted(str(p["order_id"]) for p in erp.paid) == ["742", "742", "742", "9"]
+
+
+async def test_a_spelling_the_tools_validator_folds_is_the_same_call() -> None:
+    paid: list[str] = []
+
+    @tool(effect=Effect.WRITE)
+    async def pay(
+        invoice: Annotated[str, AfterValidator(str.upper), Field(description="The invoice id.")],
+    ) -> str:
+        """Pay an invoice."""
+        paid.append(invoice)
+        return "paid"
+
+    host = Host(policy=Policy(allow={"pay"}, automatic_effects={Effect.READ, Effect.WRITE}))
+    host.add_tools(pay)
+    spellings = ("ab", "aB", "Ab", "AB")
+    result = await _turn(host, *[call("pay", invoice=v) for v in spellings * 2])
+    assert result.stop_reason is StopReason.REPETITION and paid == []
+    # Legitimate: the bound's worth, in any spelling, and another invoice, run.
+    result = await _turn(host, *[call("pay", invoice=v) for v in spellings[:3]], call("pay", invoice="cd"))
+    assert result.stop_reason is StopReason.ACCEPTED and sorted(paid) == ["AB", "AB", "AB", "CD"]
+
+
+async def test_over_turns_a_new_spelling_is_counted_with_the_old() -> None:
+    host, erp = _erp_host()
+    turns = [
+        AssistantMessage(tool_calls=(call("erp__refund", order_id="742"),)),
+        AssistantMessage(tool_calls=(call("refund", order_id="742"),)),
+        AssistantMessage(tool_calls=(call("refund", order_id="742"),)),
+        AssistantMessage(tool_calls=(call("erp__refund", order_id="742", reason="customer request"),)),
+        "done",
+    ]
+    limits = Limits(max_identical_calls=3, repeat_limit=8)
+    agent = Agent(instructions="x", model=ScriptedModel(turns), limits=limits)
+    result = await host.run(agent, "Refund order 742.", context=CTX)
+    assert result.stop_reason is StopReason.REPETITION and "none ran" in result.detail
+    assert len(erp.paid) == 3
+
+
+# -- 2. summaries are the run's model calls ---------------------------------------------------------
+
+
+class _Priced:
+    """A priced model: each answer costs $0.50; compression requests get a short summary."""
+
+    name = "priced"
+
+    def __init__(self, pages: int) -> None:
+        self.pages, self.turns, self.summaries = pages, 0, 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.metadata.get("purpose") == "compression":
+            self.summaries += 1
+            return ModelResponse(AssistantMessage(content="a short summary"), Usage(100, 10), cost_usd=0.5)
+        self.turns += 1
+        calls = tuple(call("page", n=i) for i in range(self.pages))
+        message = AssistantMessage(tool_calls=calls) if self.turns == 1 else AssistantMessage(content="done")
+        return ModelResponse(message, Usage(100, 10), cost_usd=0.5)
+
+
+async def _read_pages(pages: int, limits: Limits) -> tuple[_Priced, RunResult]:
+    @tool
+    async def page(n: Annotated[int, Field(description="The page number.")]) -> str:
+        """Read a page of a long document."""
+        return f"page {n}: " + "lorem ipsum " * 400
+
+    host = Host(policy=Policy(allow={"page"}))
+    host.add_tools(page)
+    model = _Priced(pages)
+    context = ContextConfig(compression=CompressionConfig(strategy="per_result"))
+    result = await host.run(
+        Agent(instructions="x", model=model, limits=limits, context=context), "q", context=CTX
+    )
+    return model, result
+
+
+async def test_summaries_count_against_the_runs_llm_calls() -> None:
+    model, result = await _read_pages(8, Limits(llm_calls=4, llm_calls_hard=4))
+    assert model.turns + model.summaries <= 4
+    assert result.llm_calls == model.turns + model.summaries
+
+
+async def test_summaries_count_against_the_runs_cost() -> None:
+    model, result = await _read_pages(8, Limits(llm_calls=40, llm_calls_hard=40, max_cost_usd=2.0))
+    spent = 0.5 * (model.turns + model.summaries)
+    assert result.cost_usd == pytest.approx(spent) and spent <= 2.5  # the last turn may cross it
+
+
+async def test_a_run_with_budget_left_summarises_every_large_result() -> None:
+    model, result = await _read_pages(3, Limits(llm_calls=16))
+    assert result.stop_reason is StopReason.ACCEPTED and model.summaries == 3
+    assert result.llm_calls == 5 and result.cost_usd == pytest.approx(2.5)
