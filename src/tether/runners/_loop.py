@@ -469,13 +469,20 @@ class AgentLoop:
 async def remember(host: Host, tracer: Any, records: Any, *, scope: str, actor: str = "agent") -> None:
     """Submit proposed memories; the store's validation decides, the trace says what happened.
     A run writes only in its own tenant's ``scope``, the one its recall reads: a record for
-    another scope (built from what the run read, or a constant) would plant this run's data in
-    another tenant's memory."""
+    another scope would plant this run's data in another tenant's memory. Where the host names
+    ``approved_memory_sources``, a record's source system must be one, whatever the store takes."""
     assert host.memory is not None
+    approved = host.approved_memory_sources  # the host's, narrowing the store's own list
     for record in records:
         if record.scope != scope:
             message = f"a run of {scope} may not write memory in another scope"
             tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason="scope", message=message)
+            continue
+        if approved and (record.source is None or record.source.system not in approved):
+            message = "the host's approved_memory_sources do not name this source system"
+            tracer.emit(
+                EventKind.MEMORY_REFUSED, subject=record.subject, reason="provenance", message=message
+            )
             continue
         try:
             written = await host.memory.propose(record, actor=actor)
