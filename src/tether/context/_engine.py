@@ -220,6 +220,7 @@ class ContextEngine:
         try:
             view = await self.compressor.prepare(state.trajectory, state.objective, count)
         finally:
+            self.compressor.allowance = None  # it holds the run's state: no cycle outlives the build
             self._charge(state)  # summaries are model calls: the run pays for them, overflow or not
         request = self._request(view, tail_msgs, tools_enabled)
         check_pairing(request.messages, history=state.trajectory, memo=self._pairing)
