@@ -11,6 +11,11 @@ Summaries: a compressing run's summaries are model calls, but only their tokens 
 a turn of large results made a summary call each, outside ``llm_calls`` and ``max_cost_usd``
 (a run held to four calls and $2 made ten calls costing $5). They now count, and a summary the
 run cannot pay for is not asked.
+
+Rate limits are found under every name ``deny`` and ``roles`` know a tool by; the host's
+``approved_memory_sources``, kept and never read, now bound what its runs write and recall; and
+a status bar's ``CallLimit``, shown to the model ("limit reached, do not call again") but never
+held, is now refused at the chokepoint.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import pytest
 from pydantic import AfterValidator, Field
 
 from tether import Agent, Host, Limits, RunResult, StopReason, tool
-from tether.context import CompressionConfig, ContextConfig
+from tether.context import CallLimit, CompressionConfig, ContextConfig, StatusConfig
 from tether.core.messages import AssistantMessage, Usage
 from tether.core.ratelimit import TokenBucket
 from tether.core.types import ToolCall, ToolOutput
@@ -307,3 +312,62 @@ async def test_a_run_recalls_no_memory_from_a_source_the_host_does_not_take(tmp_
     # Legitimate: a host that names no list of its own recalls what its store takes.
     seen, _ = await recalled(Host(memory=store))
     assert "DE89" in seen and "DE00" in seen
+
+
+# -- 5. a call limit the model is shown is held ------------------------------------------------------
+# ``CallLimit("phone_call", 3, per="company")`` put "phone_call 3/3 for Xfinity — limit reached,
+# do not call again" in the status bar, and nothing else: a model that called a fourth time (an
+# injection told it to) made the call. A call past a limit is now denied, in one turn or over
+# several, whatever the case and spacing of the value it is counted per.
+
+
+def _phone_host() -> tuple[Host, list[str]]:
+    made: list[str] = []
+
+    @tool(effect=Effect.WRITE)
+    async def phone_call(company: Annotated[str, Field(description="Whom to call.")]) -> str:
+        """Call a company's support line."""
+        made.append(company)
+        return "called"
+
+    host = Host(policy=Policy(allow={"phone_call"}, automatic_effects={Effect.READ, Effect.WRITE}))
+    host.add_tools(phone_call)
+    return host, made
+
+
+async def _calls(host: Host, *turns: AssistantMessage) -> RunResult:
+    status = StatusConfig(limits=(CallLimit("phone_call", 3, per="company"),))
+    limits = Limits(max_identical_calls=10, repeat_limit=10)
+    agent = Agent(
+        instructions="x",
+        model=ScriptedModel([*turns, "done"]),
+        context=ContextConfig(status=status),
+        limits=limits,
+    )
+    return await host.run(agent, "Cancel my internet contract.", context=CTX)
+
+
+def _one(company: str) -> AssistantMessage:
+    return AssistantMessage(tool_calls=(call("phone_call", company=company),))
+
+
+async def test_a_call_past_its_limit_over_turns_is_denied() -> None:
+    host, made = _phone_host()
+    result = await _calls(host, *[_one(c) for c in ("Xfinity", "xfinity", "Xfinity ", "XFINITY")])
+    assert result.stop_reason is StopReason.POLICY_DENIED and "call_limit_reached" in result.detail
+    assert len(made) == 3
+
+
+async def test_a_turn_of_calls_past_the_limit_runs_none() -> None:
+    host, made = _phone_host()
+    turn = AssistantMessage(tool_calls=tuple(call("phone_call", company="Xfinity") for _ in range(4)))
+    result = await _calls(host, turn)
+    assert result.stop_reason is StopReason.POLICY_DENIED and made == []
+
+
+async def test_calls_within_each_limit_run() -> None:
+    host, made = _phone_host()
+    turn = AssistantMessage(tool_calls=tuple(call("phone_call", company="Xfinity") for _ in range(2)))
+    result = await _calls(host, turn, _one("Xfinity"), _one("Comcast"))
+    assert result.stop_reason is StopReason.ACCEPTED
+    assert sorted(made) == ["Comcast", "Xfinity", "Xfinity", "Xfinity"]

@@ -20,7 +20,7 @@ from tether.context._incremental import ItemMemo
 from tether.context._meter import PrefixMeter, PrefixSample
 from tether.context._pairing import PairingMemo, check_pairing
 from tether.context._skills import SkillLibrary
-from tether.context._status import StatusBar, StatusConfig, choose_status_strategy
+from tether.context._status import StatusBar, StatusConfig, choose_status_strategy, over_limit
 from tether.context._store import FrozenStore, LargeOutputStore
 from tether.context._subagent import Subagent, SubtaskPaused, SubtaskRunner
 from tether.context._todo import TodoList
@@ -134,6 +134,9 @@ class ContextEngine:
         self._status_mark = 0
         self._usage_charged = Usage()
         self._calls_charged, self._cost_charged = 0, 0.0
+        self._state: RunState | None = None  # the run, as of the last request (``_limited``)
+        self._turn: list[tuple[str, Any]] = []
+        self._tools = tuple(tools)
 
     def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
         """The harness tools, part of the stable prefix. Raises ``ConfigError`` on a name clash."""
@@ -202,6 +205,7 @@ class ContextEngine:
         """The next request for ``state`` (may append a status, freeze rewrites; ``ContextOverflow``)."""
         tail_msgs: list[Message] = []
         strategy: str | None = None
+        self._state, self._turn = state, []  # the calls of the turn this request asks for
         if self.status is not None:
             text = self.status.render(state)
             strategy = self._status_strategy(state, text)
@@ -308,6 +312,25 @@ class ContextEngine:
             return GateOutcome(call, "allow", spec=spec, arguments=arguments, decision=decision)
         if self.search is not None and (why := self.search.refusal(call.name)):
             return GateOutcome(call, "reject", error=why)
+        return self._limited(call)
+
+    def _limited(self, call: ToolCall) -> GateOutcome | None:
+        """A call past a ``CallLimit`` of the status bar, denied: with the run's executed calls,
+        and the turn's earlier calls this let through, counted (a turn of parallel calls too)."""
+        limits = self.config.status.limits if self.config.status is not None else ()
+        state = self._state
+        if not limits or state is None:
+            return None
+        name = next((s.name for s in self._tools if call.name in (s.name, s.remote_name)), call.name)
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return None  # refused at intake
+        ran = [(c.tool, c.arguments) for c in state.calls if c.status in ("ok", "error")]
+        if (why := over_limit(limits, name, arguments, [*ran, *self._turn])) is not None:
+            decision = Decision("deny", "call_limit", "call_limit_reached", {"tool": name, "limit": why})
+            return GateOutcome(call, "deny", decision=decision, error=why)
+        self._turn.append((name, arguments))
         return None
 
     def trust(self, name: str) -> Trust:
