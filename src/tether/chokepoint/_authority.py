@@ -34,13 +34,21 @@ from tether.chokepoint._calls import (
 )
 from tether.chokepoint._effects import run_effect
 from tether.chokepoint._labels import LABEL_KEYS, finish, memory_line, memory_origin
+from tether.core._names import folded
 from tether.core.messages import ToolCall, UserMessage
 from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
 from tether.policy._approvals import idempotency_key
 from tether.policy._intake import check_arguments, parse_arguments
 from tether.policy._provenance_schema import declared_received
-from tether.policy._rules import HARNESS_SOURCE, Decision, Policy, ProposedCall, judged_as_received
+from tether.policy._rules import (
+    HARNESS_SOURCE,
+    Decision,
+    Policy,
+    ProposedCall,
+    judged_as_received,
+    rule_names,
+)
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
 from tether.tools._contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
@@ -299,12 +307,11 @@ class HostCore:
                 )
             for rec in found.records:
                 record, src = rec.record, rec.record.source
-                if self._memory_disabled(record.subject):  # read below a subject: still disabled
+                # Read below a subject: still disabled; from a source the host does not take (a
+                # store another host writes with a wider list): not recalled.
+                if (why := self._unrecalled(record)) is not None:
                     tracer.emit(
-                        EventKind.MEMORY_REJECTED,
-                        subject=record.subject,
-                        record_id=record.id,
-                        reason="disabled",
+                        EventKind.MEMORY_REJECTED, subject=record.subject, record_id=record.id, reason=why
                     )
                     continue
                 state.memory.append(record)
@@ -322,6 +329,12 @@ class HostCore:
         return UserMessage(
             "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
         )
+
+    def _unrecalled(self, record: Any) -> str | None:
+        if self._memory_disabled(record.subject):
+            return "disabled"
+        approved, src = self.approved_memory_sources, record.source
+        return "provenance" if approved and (src is None or src.system not in approved) else None
 
     def _memory_disabled(self, subject: str) -> bool:
         """Whether ``subject`` is a disabled subject or below one (``order:742:equipment`` under a
@@ -512,6 +525,17 @@ class HostCore:
             finish=relabel,
         )
 
+    def _buckets(self, spec: ToolSpec, source: str) -> list[TokenBucket]:
+        """The rate limits a call of ``spec`` takes: the tool's and its source's both (a tool with a
+        bucket of its own is still one of the source's calls: a server's limit is not escaped by
+        calling a tool with a wider one). A tool's bucket is found under any name ``deny`` and
+        ``roles`` know it by (``rule_names``: ``refund`` for ``erp__refund``), in any spelling
+        (``folded``), so a limit a deployer wrote under the source's own name holds."""
+        limits = {folded(k): b for k, b in self.rate_limits.items()}
+        names = {folded(n) for n in rule_names(spec.name, spec.remote_name)}
+        found = [b for k in (*names, folded(source)) if (b := limits.get(k)) is not None]
+        return list({id(b): b for b in found}.values())
+
     async def _run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
     ) -> Executed:
@@ -524,10 +548,8 @@ class HostCore:
                 obs, limit=spec.max_result_chars, trust=harness.trust(spec.name), labeler=self.labeler
             ), crash
         source = self._specs[spec.name][1]
-        # The tool's bucket and its source's both: a tool with a bucket of its own is still one of
-        # the source's calls (a server's limit is not escaped by calling a tool with a wider one).
         waited = 0.0
-        for bucket in {id(b): b for k in (spec.name, source.name) if (b := self.rate_limits.get(k))}.values():
+        for bucket in self._buckets(spec, source.name):
             waited += await bucket.acquire()
         now = self.clock()
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from tether.context._incremental import ItemMemo
@@ -40,6 +40,7 @@ COMPRESSED = "[COMPRESSED]"
 STORED = "[STORED]"
 COMPACTED = "[COMPACTED]"
 Strategy = Literal["none", "per_result", "task_aware", "adaptive"]
+COST = "cost_usd"  # the key of a summary's ``Usage.extra`` that holds what it was billed
 STRATEGIES: tuple[Strategy, ...] = ("none", "per_result", "task_aware", "adaptive")
 
 _CITATION = re.compile(r"https?://[^\s<>\"'\])]+|\[source:[^\]\n]{1,200}\]")
@@ -115,8 +116,10 @@ class ModelSummarizer:
         )
 
     async def summarize(self, request: CompressionRequest) -> tuple[str, Usage]:
+        """The summary, and what it was billed: its usage, with its cost as ``extra["cost_usd"]``."""
         response = await self.model.complete(self.build_request(request))
-        return (response.message.content or "").strip(), response.usage
+        usage = replace(response.usage, extra={**response.usage.extra, COST: response.cost_usd})
+        return (response.message.content or "").strip(), usage
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ class CompressionStats:
     chars_before: int = 0
     chars_after: int = 0
     usage: Usage = field(default_factory=Usage)
+    calls: int = 0  # summaries asked of a model, failed ones too: the run's model calls
+    cost_usd: float = 0.0  # what they were billed (``Usage.extra[COST]``, ``ModelError.cost_usd``)
 
 
 class ContextOverflow(RunError):
@@ -189,6 +194,9 @@ class Compressor:
         self.summarizer = config.summarizer or summarizer
         self.stats = CompressionStats()
         self._emit = emit or (lambda *a, **k: None)
+        # Whether the run may pay for one more summary now (its model calls, tokens and cost);
+        # set by the run's engine before each request. ``None``: no bound.
+        self.allowance: Callable[[], bool] | None = None
         # Frozen forms are looked up once per message object (again once something new is
         # frozen), and a rewrite is one object for the run: caches keyed by identity keep hitting.
         self._rewritten: dict[int, tuple[ToolMessage, ToolMessage]] = {}
@@ -293,8 +301,8 @@ class Compressor:
         done = 0
         spent_before = self.stats.usage.total_tokens
         for m in todo:
-            if self.stats.circuit_open:
-                break
+            if self.stats.circuit_open or (self.allowance is not None and not self.allowance()):
+                break  # a summary the run cannot pay for is not asked: the result stays whole
             inner = unwrap(m.content)
             req = CompressionRequest(
                 tool=m.name,
@@ -327,13 +335,16 @@ class Compressor:
         assert self.summarizer is not None
         problem = ""
         summary = ""
+        self.stats.calls += 1
         try:
             summary, usage = await self.summarizer.summarize(req)
             self.stats.usage = self.stats.usage + usage
+            self.stats.cost_usd += float(usage.extra.get(COST) or 0.0)
         except Exception as err:  # a failed summary leaves the result raw; the breaker counts it
             problem = f"{type(err).__name__}: {err}"
             if isinstance(err, ModelError) and isinstance(err.usage, Usage):  # billed all the same
                 self.stats.usage = self.stats.usage + err.usage
+                self.stats.cost_usd += err.cost_usd
         if not problem:
             summary = summary[: req.max_chars]
             missing = [c for c in citations(req.text) if c not in summary]

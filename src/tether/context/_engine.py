@@ -20,14 +20,14 @@ from tether.context._incremental import ItemMemo
 from tether.context._meter import PrefixMeter, PrefixSample
 from tether.context._pairing import PairingMemo, check_pairing
 from tether.context._skills import SkillLibrary
-from tether.context._status import StatusBar, StatusConfig, choose_status_strategy
+from tether.context._status import StatusBar, StatusConfig, choose_status_strategy, over_limit
 from tether.context._store import FrozenStore, LargeOutputStore
 from tether.context._subagent import Subagent, SubtaskPaused, SubtaskRunner
 from tether.context._todo import TodoList
 from tether.context._tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context._toolsearch import ToolSearch, ToolSearchConfig
 from tether.core.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
-from tether.core.stop import StopReason
+from tether.core.stop import Limits, StopReason
 from tether.core.types import Decision, GateOutcome, Observation, Trust
 from tether.errors import ConfigError, PolicyError, ToolError
 from tether.models._base import Model, ModelRequest
@@ -98,8 +98,10 @@ class ContextEngine:
         tenant: str = "",
         emit: Emit | None = None,
         expected_updates: int = 12,
+        limits: Limits | None = None,
     ) -> None:
         self.config = cfg = config or ContextConfig()
+        self.limits = limits  # the run's: what its summaries may spend
         self.clock = clock or (lambda: datetime.now(UTC))
         self._emit = emit or (lambda *a, **k: None)
         base = Path(trace_dir) if trace_dir is not None else None
@@ -131,6 +133,10 @@ class ContextEngine:
         self.last: Composed | None = None
         self._status_mark = 0
         self._usage_charged = Usage()
+        self._calls_charged, self._cost_charged = 0, 0.0
+        self._state: RunState | None = None  # the run, as of the last request (``_limited``)
+        self._turn: list[tuple[str, Any]] = []
+        self._tools = tuple(tools)
 
     def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
         """The harness tools, part of the stable prefix. Raises ``ConfigError`` on a name clash."""
@@ -199,6 +205,7 @@ class ContextEngine:
         """The next request for ``state`` (may append a status, freeze rewrites; ``ContextOverflow``)."""
         tail_msgs: list[Message] = []
         strategy: str | None = None
+        self._state, self._turn = state, []  # the calls of the turn this request asks for
         if self.status is not None:
             text = self.status.render(state)
             strategy = self._status_strategy(state, text)
@@ -213,21 +220,54 @@ class ContextEngine:
         def count(messages: list[Message]) -> int:
             return self.tokens.count(self._request(messages, tail_msgs, tools_enabled))
 
-        view = await self.compressor.prepare(state.trajectory, state.objective, count)
+        self.compressor.allowance = self._allowance(state)
+        try:
+            view = await self.compressor.prepare(state.trajectory, state.objective, count)
+        finally:
+            self.compressor.allowance = None  # it holds the run's state: no cycle outlives the build
+            self._charge(state)  # summaries are model calls: the run pays for them, overflow or not
         request = self._request(view, tail_msgs, tools_enabled)
         check_pairing(request.messages, history=state.trajectory, memo=self._pairing)
         tokens = self.tokens.count(request)
         sample = self.meter.measure(request)
-        spent = self.compressor.stats.usage
-        if spent != self._usage_charged:  # summaries are model calls: the run pays for them
+        self.last = Composed(tokens, sample, strategy, len(request.messages), len(request.tools))
+        return request
+
+    def _charge(self, state: RunState) -> None:
+        """Charge ``state`` with the summaries made since the last charge: their model calls,
+        tokens and cost count against the run's budgets like its own turns."""
+        stats = self.compressor.stats
+        spent = stats.usage
+        if spent != self._usage_charged:
             delta = Usage(
                 spent.prompt_tokens - self._usage_charged.prompt_tokens,
                 spent.completion_tokens - self._usage_charged.completion_tokens,
             )
             state.usage = state.usage + delta
             self._usage_charged = spent
-        self.last = Composed(tokens, sample, strategy, len(request.messages), len(request.tools))
-        return request
+        state.llm_calls += stats.calls - self._calls_charged
+        state.cost_usd += stats.cost_usd - self._cost_charged
+        self._calls_charged, self._cost_charged = stats.calls, stats.cost_usd
+
+    def _allowance(self, state: RunState) -> Callable[[], bool] | None:
+        """Whether the run can pay for one more summary now: a model call left beside the one
+        being composed, and tokens and cost left (``limits``); ``None`` without limits."""
+        lim = self.limits
+        if lim is None:
+            return None
+        stats = self.compressor.stats
+
+        def left() -> bool:
+            calls = state.llm_calls + stats.calls - self._calls_charged
+            tokens = state.usage.total_tokens + stats.usage.total_tokens - self._usage_charged.total_tokens
+            cost = state.cost_usd + stats.cost_usd - self._cost_charged
+            return (
+                calls + 1 < lim.llm_calls
+                and (lim.max_tokens is None or tokens < lim.max_tokens)
+                and (lim.max_cost_usd is None or cost < lim.max_cost_usd)
+            )
+
+        return left
 
     def _status_strategy(self, state: RunState, text: str) -> Literal["replace", "append"]:
         assert self.config.status is not None
@@ -272,6 +312,25 @@ class ContextEngine:
             return GateOutcome(call, "allow", spec=spec, arguments=arguments, decision=decision)
         if self.search is not None and (why := self.search.refusal(call.name)):
             return GateOutcome(call, "reject", error=why)
+        return self._limited(call)
+
+    def _limited(self, call: ToolCall) -> GateOutcome | None:
+        """A call past a ``CallLimit`` of the status bar, denied: with the run's executed calls,
+        and the turn's earlier calls this let through, counted (a turn of parallel calls too)."""
+        limits = self.config.status.limits if self.config.status is not None else ()
+        state = self._state
+        if not limits or state is None:
+            return None
+        name = next((s.name for s in self._tools if call.name in (s.name, s.remote_name)), call.name)
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return None  # refused at intake
+        ran = [(c.tool, c.arguments) for c in state.calls if c.status in ("ok", "error")]
+        if (why := over_limit(limits, name, arguments, [*ran, *self._turn])) is not None:
+            decision = Decision("deny", "call_limit", "call_limit_reached", {"tool": name, "limit": why})
+            return GateOutcome(call, "deny", decision=decision, error=why)
+        self._turn.append((name, arguments))
         return None
 
     def trust(self, name: str) -> Trust:

@@ -26,6 +26,7 @@ __all__ = [
     "StatusSection",
     "StatusStrategy",
     "choose_status_strategy",
+    "over_limit",
 ]
 
 StatusStrategy = Literal["replace", "append", "auto"]
@@ -67,6 +68,36 @@ class CallLimit:
     def __post_init__(self) -> None:
         if self.max_calls < 1:
             raise ValueError("max_calls must be at least 1")
+
+
+def over_limit(
+    limits: Sequence[CallLimit], tool: str, arguments: Any, made: Sequence[tuple[str, Any]]
+) -> str | None:
+    """Why a call of ``tool`` with ``arguments`` would pass a ``CallLimit`` the model is shown,
+    given the calls ``made`` before it (``(tool, arguments)``: the run's executed calls and the
+    turn's earlier ones), or None. A limit is held, not only shown: a model told "limit reached"
+    that calls again anyway (an injection told it to) is refused. Values of ``per`` are compared
+    with case and spacing folded (``Xfinity`` and ``XFINITY `` are one company)."""
+    for lim in limits:
+        if lim.tool != tool:
+            continue
+        if lim.per is None:
+            n = sum(1 for t, _ in made if t == tool)
+            if n >= lim.max_calls:
+                return f"{tool}: limit of {lim.max_calls} calls reached"
+            continue
+        if not isinstance(arguments, dict) or lim.per not in arguments:
+            continue
+        key = _folded(arguments[lim.per])
+        n = sum(1 for t, a in made if t == tool and isinstance(a, dict) and _folded(a.get(lim.per)) == key)
+        if n >= lim.max_calls:
+            shown = str(arguments[lim.per])[:80]
+            return f"{tool}: limit of {lim.max_calls} calls per {lim.per} reached for {shown}"
+    return None
+
+
+def _folded(value: Any) -> str:
+    return " ".join(str(value).split()).casefold()
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,19 @@ _SIGNATURE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), defaul
 
 
 def call_signature(name: str, arguments: dict[str, object]) -> str:
-    return name + _SIGNATURE_JSON.encode(arguments)
+    """One call as the repetition detector counts it: a number is its value, whatever its JSON
+    spelling (``5`` and ``5.0`` are one amount to the tool, so one call here)."""
+    return name + _SIGNATURE_JSON.encode(_as_numbers(arguments))
+
+
+def _as_numbers(value: object) -> object:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _as_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_numbers(v) for v in value]
+    return value
 
 
 class RepetitionDetector:

@@ -17,7 +17,7 @@ from tether.context._pairing import ContextIntegrityError
 from tether.context._subagent import run_subtask
 from tether.core.handoff import HandoffGrants, resolve_from_trace, validate_handoff
 from tether.core.messages import AssistantMessage, Usage, UserMessage
-from tether.core.stop import Limits, RepetitionDetector, StopReason, call_signature, cancel_after
+from tether.core.stop import Limits, RepetitionDetector, StopReason, cancel_after
 from tether.core.types import CallRecord, Observation
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError, ToolError
 from tether.models._base import ModelResponse, finish_problem
@@ -26,7 +26,7 @@ from tether.policy._trusted import TrustedContext
 from tether.runners._child_ids import child_run_id, subagent_run_id
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
-from tether.runners._spend import asked, fold, made, within
+from tether.runners._spend import asked, fold, made, signed, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -124,6 +124,7 @@ class AgentLoop:
             tenant=state.context.tenant,
             emit=lambda kind, **data: tracer.emit(EventKind(kind), **data),
             expected_updates=self.limits.max_steps,
+            limits=self.limits,
         )
 
         readable = self.engine.outputs.readable  # a subagent reads the outputs its parent reads
@@ -140,7 +141,7 @@ class AgentLoop:
 
         self.engine.runner = run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
-        self.repetition.count(made(self.state.inherited_calls))  # what the runs before it did
+        self.repetition.count(made(self.state.inherited_calls, host))  # what the runs before it did
         self.handoff: Any = None
         self._phase: str | None = None  # "model" or "tools" while the loop waits on one
 
@@ -216,7 +217,7 @@ class AgentLoop:
             message = response.message
             if len(message.tool_calls) > self.limits.max_calls_per_turn:
                 raise self._too_many_calls(message)
-            if (why := self.repetition.before(asked(message))) is not None:
+            if (why := self.repetition.before(asked(message, self.host, s))) is not None:
                 self.tracer.emit(EventKind.REPETITION_DETECTED, detail=why + ": none ran")
                 s.trajectory.append(_text_only(message))
                 raise StopRun(StopReason.REPETITION, why + ": none ran", self._host_answer())
@@ -344,7 +345,7 @@ class AgentLoop:
         self._phase = "tools"
         turn = await self.steps.turn(self, calls, self._scope())
         self._phase = None
-        self.repetition.count(made(s.inherited_calls[handed:]))  # what its child runs did
+        self.repetition.count(made(s.inherited_calls[handed:], self.host))  # what its child runs did
         if turn.halted or turn.crashes:
             stop = turn.stop()
             assert stop is not None
@@ -366,7 +367,7 @@ class AgentLoop:
             raise unavailable[0]
 
         signatures = [
-            call_signature(o.spec.name, o.arguments)
+            signed(self.host, o.spec.name, o.arguments)
             for o in turn.executed
             if o.spec and o.arguments is not None
         ]
@@ -468,13 +469,20 @@ class AgentLoop:
 async def remember(host: Host, tracer: Any, records: Any, *, scope: str, actor: str = "agent") -> None:
     """Submit proposed memories; the store's validation decides, the trace says what happened.
     A run writes only in its own tenant's ``scope``, the one its recall reads: a record for
-    another scope (built from what the run read, or a constant) would plant this run's data in
-    another tenant's memory."""
+    another scope would plant this run's data in another tenant's memory. Where the host names
+    ``approved_memory_sources``, a record's source system must be one, whatever the store takes."""
     assert host.memory is not None
+    approved = host.approved_memory_sources  # the host's, narrowing the store's own list
     for record in records:
         if record.scope != scope:
             message = f"a run of {scope} may not write memory in another scope"
             tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason="scope", message=message)
+            continue
+        if approved and (record.source is None or record.source.system not in approved):
+            message = "the host's approved_memory_sources do not name this source system"
+            tracer.emit(
+                EventKind.MEMORY_REFUSED, subject=record.subject, reason="provenance", message=message
+            )
             continue
         try:
             written = await host.memory.propose(record, actor=actor)

@@ -11,15 +11,18 @@ next turn, see them. What it did counts toward the parent's bound on identical c
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
+from typing import Any
 
 from tether.core.messages import AssistantMessage
 from tether.core.stop import Limits, call_signature
 from tether.core.types import CallRecord
+from tether.errors import PolicyError
 from tether.runs._values import RunResult, RunState
 
-__all__ = ["asked", "fold", "made", "within"]
+__all__ = ["asked", "fold", "made", "signed", "within"]
 
 
 def _least(*values: float | None) -> float | None:
@@ -70,28 +73,51 @@ def fold(parent: RunState, child: RunState, result: RunResult) -> None:
     parent.cost_usd += result.cost_usd
 
 
-def made(calls: list[CallRecord]) -> list[str]:
-    """The calls of ``calls`` that ran, as the repetition detector signs them: what a run's
-    ``max_identical_calls`` counts besides its own turns (its parent's calls for a child, its
-    children's for a parent). A resumed run's own calls before the pause are not counted again:
-    it retries with a fresh allowance, as before."""
+def signed(host: Any, name: str, arguments: dict[str, Any]) -> str:
+    """One call as ``max_identical_calls`` counts it: as its tool takes it, whatever the model
+    wrote. The tool under the name the host resolves (``refund`` is ``erp__refund``), its arguments
+    as the tool's own validators leave them (``"ab"`` upper-cased to ``"AB"`` is ``"AB"``), with the
+    schema's top-level defaults filled in, and a number by its value (``call_signature``): a model
+    that spells one call several ways makes it no more often than the bound."""
+    spec = host.spec_of(name) if host is not None else None
+    if spec is None:  # a harness tool, or a name no source knows: counted as written
+        return call_signature(name, arguments)
+    received = host.received_of(spec.name, arguments) or arguments
+    props = spec.parameters.get("properties") if isinstance(spec.parameters, dict) else None
+    defaults = {
+        k: p["default"]
+        for k, p in (props.items() if isinstance(props, dict) else ())
+        if isinstance(p, dict) and "default" in p
+    }
+    return call_signature(spec.name, {**defaults, **received})
+
+
+def made(calls: list[CallRecord], host: Any = None) -> list[str]:
+    """The calls of ``calls`` that ran, as the repetition detector signs them (``signed``): what
+    a run's ``max_identical_calls`` counts besides its own turns (its parent's calls for a child,
+    its children's for a parent). A resumed run's own calls before the pause are not counted
+    again: it retries with a fresh allowance, as before."""
     ran = ("ok", "error")
     return [
-        call_signature(c.tool, c.arguments)
-        for c in calls
-        if c.status in ran and isinstance(c.arguments, dict)
+        signed(host, c.tool, c.arguments) for c in calls if c.status in ran and isinstance(c.arguments, dict)
     ]
 
 
-def asked(message: AssistantMessage) -> list[str]:
-    """The turn's calls as ``call_signature`` reads executed ones, from the model's JSON (a call
-    whose arguments are not a JSON object is refused at intake and counts for nothing here)."""
+def asked(message: AssistantMessage, host: Any = None, state: RunState | None = None) -> list[str]:
+    """The turn's calls as ``signed`` reads executed ones, from the model's JSON with its
+    references resolved as the host will (reference mode: ``{"$ref": …}`` is the value it names);
+    a call whose arguments are not a JSON object is refused at intake and counts for nothing here."""
+    resolve = getattr(getattr(host, "policy", None), "resolve_references", None)
     out = []
     for c in message.tool_calls:
         try:
             arguments = json.loads(c.arguments or "{}")
         except ValueError:
             continue
-        if isinstance(arguments, dict):
-            out.append(call_signature(c.name, arguments))
+        if not isinstance(arguments, dict):
+            continue
+        if resolve is not None and state is not None:
+            with contextlib.suppress(PolicyError):  # refused at intake: nothing of it runs
+                arguments = resolve(c.id, arguments, state)
+        out.append(signed(host, c.name, arguments))
     return out
