@@ -72,16 +72,23 @@ def release(fd: int | None) -> None:
         os.close(fd)
 
 
+def left_pending(dbos: Any, executor_id: str, version: str) -> list[Any]:
+    """The workflows ``executor_id`` left pending (of ``version``), as DBOS lists them."""
+    return list(
+        dbos.list_workflows(
+            status="PENDING",
+            executor_id=executor_id,
+            app_version=version,
+            application_name=APP_NAME,
+            load_input=False,
+            load_output=False,
+        )
+    )
+
+
 def hand_back(dbos: Any, executor_id: str, version: str) -> list[str]:
     """Put the workflows ``executor_id`` left pending (of ``version``) back in their queue."""
-    found = dbos.list_workflows(
-        status="PENDING",
-        executor_id=executor_id,
-        app_version=version,
-        application_name=APP_NAME,
-        load_input=False,
-        load_output=False,
-    )
+    found = left_pending(dbos, executor_id, version)
     for w in found:
         dbos.resume_workflow(w.workflow_id, queue_name=w.queue_name)
     return [w.workflow_id for w in found]

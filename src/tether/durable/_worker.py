@@ -143,15 +143,7 @@ def _hand_back(conn: Connection, dbos: Any, executor: str, version: str) -> list
     under its run's lock (``hold_run``) and only if still ``PENDING`` then (a run cancelled or
     taken meanwhile is left alone). ``conn``'s transaction holds the executor's claim."""
     handed = []
-    found = dbos.list_workflows(
-        status="PENDING",
-        executor_id=executor,
-        app_version=version,
-        application_name=APP_NAME,
-        load_input=False,
-        load_output=False,
-    )
-    for w in found:
+    for w in local.left_pending(dbos, executor, version):
         hold_run(conn, str((w.attributes or {}).get("run_id") or w.workflow_id))
         still = dbos.list_workflows(
             workflow_ids=[w.workflow_id],
