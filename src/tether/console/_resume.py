@@ -7,6 +7,7 @@ tenant may resume it. Every resume and every refusal is audited.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tether.console._sources import ConsoleSources
@@ -15,6 +16,8 @@ from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
 
 __all__ = ["resume_run"]
+
+_log = logging.getLogger(__name__)
 
 
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
@@ -39,6 +42,16 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     except TetherError as err:  # a refusal, or a factory that cannot rebuild the run
         sources.users.refused(actor, "resume", err, tenant=tenant, target=run_id)
         raise
+    except Exception as err:  # the factory's or the run's own code failed: the run may have acted
+        # Audited like any resume (who continued it, and that it failed), told as a refusal with
+        # the error's kind only (its text may name paths or values: in the console's log).
+        _log.exception("resuming run %s for %s failed", run_id, actor)
+        failed = f"failed:{type(err).__name__}"
+        sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=failed[:80])
+        raise ApprovalError(
+            "resume_failed",
+            f"the run's continuation failed ({type(err).__name__}): the console's log says why",
+        ) from None
     outcome = str(summary.get("stop_reason") or "")
     if summary.get("enqueued"):
         outcome = f"enqueued:{summary.get('workflow_id', '')}"

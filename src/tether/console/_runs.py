@@ -205,26 +205,33 @@ def _read(path: Path) -> Iterator[dict[str, Any]]:
 def summarise(run_id: str, events: Iterable[dict[str, Any]]) -> RunSummary:
     """A run's summary from its events, read once as a stream (none of them kept)."""
     head: dict[str, Any] = {"start": None, "stop": None, "first_ts": "", "events": 0, "resumed": False}
+    named: set[str] = set()  # each tenant a start names (``_summary``: more than one is nobody's)
     for e in events:
         kind = e.get("kind")
         if not head["events"]:
             head["first_ts"] = e.get("ts", "")
         head["events"] += 1
-        if head["start"] is None and kind in ("run_started", "run_resumed"):
-            head["start"] = e
+        if kind in ("run_started", "run_resumed"):
+            named.add(json.dumps(e.get("tenant"), sort_keys=True, default=str))
+            head["start"] = head["start"] or e
         if kind == "stop":
             head["stop"] = e
         head["resumed"] = head["resumed"] or kind == "run_resumed"
-    return _summary(run_id, head)
+    return _summary(run_id, {**head, "tenants": len(named)})
 
 
 def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
-    """A run's summary from its head (as a trace store's ``runs`` gives it)."""
+    """A run's summary from its head (as a trace store's ``runs`` gives it). Its tenant is the one
+    its starts name: ``None`` (no tenant's: only a grant of every tenant sees it) where they name
+    more than one (``tenants``: another run's events under this id, its start first or after) or
+    a tenant as anything but text (JSON ``null``, ``42``: no tenant named ``None`` or ``42`` sees it)."""
     start, stop = head.get("start") or {}, head.get("stop") or {}
-    tenant = start.get("tenant")  # a tenant written as anything but text is one nobody is granted
+    tenant = start.get("tenant")
+    if not isinstance(tenant, str) or int(number(head.get("tenants")) or 1) > 1:
+        tenant = None
     return RunSummary(
         run_id=run_id,
-        tenant=tenant if tenant is None or isinstance(tenant, str) else json.dumps(tenant, default=str),
+        tenant=tenant,
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
         design=str(start.get("design") or ""),
         model=str(start.get("model") or ""),

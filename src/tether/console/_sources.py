@@ -110,9 +110,15 @@ class ConsoleSources:
 
     async def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, RunView]:
         """A run ``principal`` may see, and what a view reads of its trace (``RunIndex.view``:
-        bounded). Raises ``Hidden`` (unknown, another tenant's)."""
+        bounded). Seen only by a principal who sees every tenant it names: its trace's
+        (``summarise``: one only) and its checkpoint's, which the host wrote from the run's context
+        (a trace under its id naming another tenant, another run's or a file put there, shows the
+        paused run's events to no other tenant). Raises ``Hidden`` (unknown, another tenant's)."""
         run = await self.summary(run_id)
         if run is None or not principal.sees(run.tenant):
+            raise Hidden("run")
+        saved, tenant = await self.checkpoint(run_id)
+        if saved is not None and not principal.sees(tenant):
             raise Hidden("run")
         if self.traces is None:
             return run, RunView()

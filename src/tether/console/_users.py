@@ -439,9 +439,10 @@ class UserStore:
             # tokens would let a flood of them take the CPU from every request.
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
-        try:  # a live token's id with a wrong secret, or a revoked or expired one, is audited
-            if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
-                raise AuthError("bad_token", "token revoked or expired")
+        ended = bool(revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()))
+        try:  # a known token's id with a wrong secret, or a revoked or expired token, is audited
+            # Its state is said only to whoever holds its secret: a token's id alone (the audit
+            # log's ``token:<id>``, a token cut in a log) tells nobody that its person's access ended.
             key = _digest(secret)
             cached = self._token_cache.get(key)
             if not (cached and cached[0] == user and cached[2] > time.monotonic()):
@@ -458,7 +459,10 @@ class UserStore:
                 if not verify_secret(secret, stored):
                     raise AuthError("bad_token", "unknown token")
                 self._guesses.pop(token_id, None)
-                self._token_cache[key] = (user, token_id, time.monotonic() + 60)
+                if not ended:
+                    self._token_cache[key] = (user, token_id, time.monotonic() + 60)
+            if ended:
+                raise AuthError("bad_token", "token revoked or expired")
         except AuthError as err:  # (under its id, counted: ``refused``); an unknown id names nobody
             self.refused(f"token:{match.group(1)}", "token", err)
             raise

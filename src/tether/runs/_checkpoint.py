@@ -112,11 +112,13 @@ def state_to_json(s: RunState) -> str:
 
 
 def checkpoint_tenant(state: str) -> str | None:
-    """The tenant of the run a stored checkpoint holds (``None`` if its state does not say)."""
+    """The tenant of the run a stored checkpoint holds (``None`` if its state does not say, or
+    names it as anything but text: a JSON ``null`` is no tenant named ``None``)."""
     try:
-        return str(json.loads(state)["context"]["tenant"])
+        tenant = json.loads(state)["context"]["tenant"]
     except (ValueError, KeyError, TypeError):
         return None
+    return tenant if isinstance(tenant, str) else None
 
 
 def checkpoint_parent(state: str) -> str | None:

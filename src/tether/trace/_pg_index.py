@@ -50,13 +50,17 @@ def _heads(conn: Connection, limit: int, tenants: list[str] | None) -> list[dict
                   (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
                      AND s.kind IN ('run_started', 'run_resumed') ORDER BY s.seq LIMIT 1),
                   (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
-                     AND s.kind = 'stop' ORDER BY s.seq DESC LIMIT 1)
+                     AND s.kind = 'stop' ORDER BY s.seq DESC LIMIT 1),
+                  (SELECT count(DISTINCT COALESCE(s.data->'tenant', 'null'::jsonb)) FROM trace_events s
+                     WHERE s.run_id = r.run_id AND s.kind IN ('run_started', 'run_resumed'))
            FROM recent r ORDER BY r.first_ts DESC, r.run_id DESC"""
         ),
         {"limit": limit, "every": tenants is None, "tenants": tenants or []},
     ).all()
-    keys = ("run_id", "events", "first_ts", "resumed", "start", "stop")
-    return [dict(zip(keys, (r[0], int(r[1]), r[2], bool(r[3]), r[4], r[5]), strict=True)) for r in rows]
+    keys = ("run_id", "events", "first_ts", "resumed", "start", "stop", "tenants")
+    return [
+        dict(zip(keys, (r[0], int(r[1]), r[2], bool(r[3]), r[4], r[5], int(r[6])), strict=True)) for r in rows
+    ]
 
 
 class PgTraceIndex:
@@ -129,7 +133,8 @@ class PgTraceIndex:
     def runs(self, limit: int = 500, tenants: Collection[str] | None = None) -> list[dict[str, Any]]:
         """The ``limit`` most recent runs (of ``tenants``, as their first event names them;
         ``None``: every run), newest first: ``run_id``, ``events`` (how many), ``first_ts``,
-        ``resumed``, and its first start and last stop event (or None)."""
+        ``resumed``, its first start and last stop event (or None), and ``tenants`` (how many
+        its starts name)."""
         return self.db.snapshot(_heads, limit, None if tenants is None else sorted(tenants))
 
     def shutdown(self) -> None:
