@@ -25,6 +25,7 @@ from tether.errors import UpstreamError
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
 from tether.mcp._deep import CUT
+from tether.mcp._mend import refused
 from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, canonical_json, check_listing
 from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
@@ -170,22 +171,8 @@ class PinnedListing:
 def _refused(result: Mapping[str, Any], version: str) -> str | None:
     """Why the SDK would refuse this ``tools/list`` result (as it checks it), or ``None``."""
     import mcp_types as types
-    from mcp_types.methods import validate_server_result
-    from pydantic import ValidationError
 
-    from tether.mcp._connection import describe_error
-
-    try:
-        try:
-            validate_server_result("tools/list", version, result)
-        except (KeyError, ValueError) as err:  # an unknown version: the SDK's own fallback
-            if isinstance(err, ValidationError):
-                raise
-            validate_server_result("tools/list", "2025-11-25", result)
-        types.ListToolsResult.model_validate(result, by_name=False)
-    except (ValidationError, ValueError) as err:
-        return describe_error(err)
-    return None
+    return refused("tools/list", result, version, types.ListToolsResult)
 
 
 def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:

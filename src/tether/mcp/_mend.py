@@ -16,7 +16,7 @@ before the SDK reads them, or answers for the host itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["CAPABILITY_METHODS", "readable_content", "refusal", "unsupported"]
@@ -48,8 +48,10 @@ def refusal(message: Any, methods: frozenset[str]) -> Any:
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
 
 
-def _refused(result: dict[str, Any], version: str) -> str | None:
-    """Why the SDK refuses a call result, or ``None``."""
+def refused(method: str, result: Mapping[str, Any], version: str, model: Any = None) -> str | None:
+    """Why the SDK refuses ``result`` as the answer to ``method`` (as it checks it for
+    ``version``, and an unknown version as it checks its fallback revision's), or ``None``.
+    ``model``: a result type the answer must also validate as (the SDK's own reading of it)."""
     from mcp_types.methods import validate_server_result
     from pydantic import ValidationError
 
@@ -57,14 +59,21 @@ def _refused(result: dict[str, Any], version: str) -> str | None:
 
     try:
         try:
-            validate_server_result("tools/call", version, result)
+            validate_server_result(method, version, result)
         except (KeyError, ValueError) as err:  # an unknown version: the SDK's own fallback
             if isinstance(err, ValidationError):
                 raise
-            validate_server_result("tools/call", _FALLBACK, result)
+            validate_server_result(method, _FALLBACK, result)
+        if model is not None:
+            model.model_validate(result, by_name=False)
     except (ValidationError, ValueError) as err:
         return describe_error(err)
     return None
+
+
+def _refused(result: dict[str, Any], version: str) -> str | None:
+    """Why the SDK refuses a call result, or ``None``."""
+    return refused("tools/call", result, version)
 
 
 def readable_content(result: Any, version: str | None) -> Any:
