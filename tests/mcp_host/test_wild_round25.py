@@ -159,10 +159,12 @@ async def test_an_unconfined_servers_daemon_ends_with_the_run(tmp_path: Path) ->
         _kill_left(_pids(tmp_path))
 
 
-def test_a_killed_tether_run_leaves_no_server_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_tether_run_leaves_no_server_behind(tmp_path: Path, sig: signal.Signals) -> None:
     """``tether run`` from an agent file, its unconfined server stubborn (SIGTERM, SIGHUP and the
-    end of its stdin ignored) with a daemon, killed with SIGKILL mid-call: the server and its
-    daemon end all the same (before: both lived on). The same file's run, not killed, is served."""
+    end of its stdin ignored) with a daemon, killed mid-call (SIGKILL: no code of the host runs;
+    SIGTERM: the run ends interrupted): the server and its daemon end all the same (before: both
+    lived on). The same file's run, not killed, is served."""
     (tmp_path / "steps.yaml").write_text(
         yaml.safe_dump([{"call": "x__lookup", "arguments": {"key": "hang"}}, {"final": "done"}])
     )
@@ -193,8 +195,9 @@ def test_a_killed_tether_run_leaves_no_server_behind(tmp_path: Path) -> None:
         while not _pids(tmp_path, ".hang") and time.monotonic() < deadline and running.poll() is None:
             time.sleep(0.05)
         assert _pids(tmp_path, ".hang"), running.communicate()
-        running.kill()
-        running.communicate()
+        running.send_signal(sig)
+        running.communicate(timeout=60)
+        assert running.returncode == (-9 if sig == signal.SIGKILL else 130)
         started = _pids(tmp_path)
         assert len(started) == 2 and _all_ended(started)
     finally:
