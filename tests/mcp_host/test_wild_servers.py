@@ -327,7 +327,8 @@ async def test_a_server_ignoring_sigterm_is_killed_at_shutdown_within_bounds(tmp
 )
 async def test_a_confined_servers_daemon_does_not_outlive_it(tmp_path: Path) -> None:
     """A grandchild in a session of its own escapes the process group the host kills; confined,
-    it dies with the sandbox. (Unconfined, ``sandbox: none``, it would live on: docs/guides/mcp.md.)"""
+    it dies with the sandbox. (Unconfined, ``sandbox: none``, it is ended by its launch mark:
+    test_wild_round25.)"""
     marker = str(tmp_path / "daemon")
     config = write_config(tmp_path, [wild("w", "daemon", env={"WILD_PIDFILE": marker})])
     await approve(config, "w")

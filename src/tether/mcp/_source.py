@@ -35,6 +35,7 @@ from tether.mcp._failures import (
     failure_detail,
     is_modern,
     leaf,
+    session_gone,
 )
 from tether.mcp._listing import MAX_LISTED_TOOLS, MAX_LISTING_CHARS, PinnedListing, all_pages, without_repeats
 from tether.mcp._opening import open_client, prepare, serve
@@ -275,14 +276,31 @@ class McpServerSource:
         self.launch()
         conn = self._conn
         assert conn is not None
-        await self._ready(conn)
-        return conn
+        return await self._ready(conn)
 
-    async def _ready(self, conn: Connection) -> None:
+    async def _handshake(self, conn: Connection) -> Connection:
+        """Wait for ``conn`` to connect. An HTTP session the server no longer knows before the
+        start is done (a 404 to its session id: a server that restarted, a balancer's other
+        replica, a short idle expiry) is begun anew once, as a call's would be."""
+        try:
+            await conn.ready()
+            return conn
+        except ConnectionLost as err:
+            if self.url is None or not session_gone(err.cause):
+                raise
+        self._retire(conn)
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="session_renewed", phase="start")
+        self.launch()
+        assert self._conn is not None
+        await self._conn.ready()
+        return self._conn
+
+    async def _ready(self, conn: Connection) -> Connection:
         try:
             with anyio.fail_after(self.connect_timeout_s):
-                await conn.ready()
+                conn = await self._handshake(conn)
         except (ConnectionLost, TimeoutError) as err:
+            conn = self._conn or conn  # (a renewed session's, if it failed too)
             self._retire(conn)
             refused = isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError)
             if isinstance(err, TimeoutError):
@@ -305,6 +323,7 @@ class McpServerSource:
             protocol=self.protocol_version,
             **({"restart": self.restarts} if self.restarts else {}),
         )
+        return conn
 
     async def _failure_detail(
         self, why: str, *, started: bool = False, setting: str | None = None

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import IO, Any
@@ -26,8 +28,14 @@ import anyio.abc
 from tether.mcp._bulk import counted, refusal
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import FLOAT_ID, Framer, whole, whole_id
+from tether.mcp._reaper import HOST_MARK, watching
 
-__all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
+__all__ = ["MARK", "MAX_BATCH", "opened", "spawn", "stop", "too_large"]
+
+# Each launch's mark in its environment (inherited by what it starts): how ``stop`` finds the
+# processes a server left behind outside its process group (a daemon in a session of its own).
+MARK = "TETHER_MCP_LAUNCH"
+_MARKS: weakref.WeakKeyDictionary[anyio.abc.Process, bytes] = weakref.WeakKeyDictionary()
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
@@ -55,9 +63,14 @@ async def spawn(
     ``data`` on its own (``{data-fd:N}``), and ``net_fd`` where ``NET_FD`` stands."""
     from tether.mcp._sandbox import ARGS_FD, NET_FD
 
+    mark, host = secrets.token_hex(16), watching()
+    env = {**env, MARK: mark, **({HOST_MARK: host} if host else {})}
     if not options:
-        return await anyio.open_process(
-            list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
+        return _marked(
+            await anyio.open_process(
+                list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
+            ),
+            mark,
         )
     fds: list[int] = []
     try:
@@ -72,12 +85,45 @@ async def spawn(
             at = next(i for i, a in enumerate(argv) if a.endswith(f":{NET_FD}"))
             argv = [*argv[:at], argv[at].replace(NET_FD, str(net_fd)), *argv[at + 1 :]]
             passed += (net_fd,)
-        return await anyio.open_process(
+        process = await anyio.open_process(
             argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=passed
         )
+        return _marked(process, mark)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _marked(process: anyio.abc.Process, mark: str) -> anyio.abc.Process:
+    _MARKS[process] = f"{MARK}={mark}".encode()
+    return process
+
+
+def _leftovers(process: anyio.abc.Process) -> list[int]:
+    """The live processes ``process`` left: those in its process group and those carrying its
+    launch mark in their environment (what it started in a session of its own: a daemon, once
+    orphaned too), zombies not counted (Linux ``/proc``; elsewhere: the group's id while it is
+    in use). A process that left the group and cleared its environment is not found."""
+    mark = _MARKS.get(process)
+    if not os.path.isdir("/proc"):
+        return [process.pid] if _group_alive(process.pid) else []
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                state, _, group = stat.read().rpartition(b")")[2].split()[:3]
+            if state == b"Z":
+                continue
+            if int(group) != process.pid:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if mark is None or mark not in environ.read().split(b"\0"):
+                        continue
+        except (OSError, ValueError):  # gone, or not this user's
+            continue
+        found.append(int(entry))
+    return found
 
 
 def _memfd(name: str, content: bytes) -> int:
@@ -361,9 +407,13 @@ async def _transport(
             await read_writer.aclose()  # the server stopped reading: no request left hanging
 
     async def exited() -> None:
-        """The server's exit ends the connection (a child may hold its stdout open), once what it
-        wrote is read."""
+        """The server's failure ends the connection (a child may hold its stdout open), once what
+        it wrote is read. An exit with status 0 leaves it to its output's end: a launcher that
+        started the server and exited (``sh -c 'server &'``, a server that daemonises) handed it
+        its stdin and stdout, and the server answers on them."""
         await process.wait()
+        if process.returncode == 0:
+            return
         await anyio.sleep(EXIT_DRAIN_S)
         await read_writer.aclose()
 
@@ -392,12 +442,36 @@ async def stop(process: anyio.abc.Process) -> None:
             break
         with suppress(OSError):
             os.killpg(process.pid, sig)
-    # Its leftovers in the group end with it (the group keeps its id while any member lives).
-    with suppress(OSError):
-        os.killpg(process.pid, signal.SIGKILL)
+    await _end_leftovers(process)
     # Closing waits for the exit only, not for a pipe EOF a grandchild could withhold.
     with anyio.move_on_after(STOP_GRACE_S), suppress(OSError, anyio.BrokenResourceError):
         await process.aclose()
+
+
+async def _end_leftovers(process: anyio.abc.Process) -> None:
+    """What the server left behind ends with it (``_leftovers``: its process group, a daemon, the
+    server a launcher handed off to): asked to end (SIGTERM), killed after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not (left := _leftovers(process)):
+            return
+        with suppress(OSError):
+            os.killpg(process.pid, sig)
+        for pid in left:
+            with suppress(OSError):
+                os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            return
+        with anyio.move_on_after(STOP_GRACE_S):
+            while _leftovers(process):
+                await anyio.sleep(0.02)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        return False
+    return True
 
 
 @asynccontextmanager
