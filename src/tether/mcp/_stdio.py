@@ -407,10 +407,8 @@ async def _transport(
             await read_writer.aclose()  # the server stopped reading: no request left hanging
 
     async def exited() -> None:
-        """The server's failure ends the connection (a child may hold its stdout open), once what
-        it wrote is read. An exit with status 0 leaves it to its output's end: a launcher that
-        started the server and exited (``sh -c 'server &'``, a server that daemonises) handed it
-        its stdin and stdout, and the server answers on them."""
+        """A failed exit ends the connection once what it wrote is read; an exit 0 leaves that to
+        the output's end (a launcher handed the server its stdin and stdout: ``sh -c 'srv &'``)."""
         await process.wait()
         if process.returncode == 0:
             return
