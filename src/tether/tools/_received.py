@@ -18,12 +18,14 @@ import datetime
 import enum
 import itertools
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
-from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic import AliasChoices, AliasPath, BaseModel, RootModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+from tether.core._bytes import bytes_text
 
 __all__ = ["as_data"]
 
@@ -32,8 +34,9 @@ _DEPTH = 64
 
 def as_data(value: Any, depth: int = 0) -> Any:
     """``value`` (what pydantic gives the function) as JSON-like data: models and dataclasses as
-    objects keyed as the schema names their fields, containers as lists and objects, secrets as
-    the text they hold, bytes as text, and anything else by its own text (``str``)."""
+    objects keyed as the schema names their fields (a root model as its root), containers as
+    lists and objects, a secret of any kind as what it holds, bytes as the text they hold
+    (``bytes_text``), and anything else by its own text (``str``)."""
     if depth > _DEPTH:
         return _text(value)
     if value is None or (isinstance(value, bool | int | float) and not isinstance(value, enum.Enum)):
@@ -42,17 +45,20 @@ def as_data(value: Any, depth: int = 0) -> Any:
         return as_data(value.value, depth + 1)
     if isinstance(value, str):
         return str.__str__(value)  # its characters, whatever a subclass prints
-    if isinstance(value, SecretStr | SecretBytes):
-        return as_data(value.get_secret_value(), depth + 1)
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
+        return bytes_text(bytes(value))
+    secret = _secret(value)
+    if secret is not _NONE:
+        return as_data(secret, depth + 1)
+    if isinstance(value, RootModel):
+        return as_data(value.root, depth + 1)  # the value its schema describes, not ``{"root": …}``
     if isinstance(value, BaseModel):
         return _model(value, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _dataclass(value, depth)
     if isinstance(value, Mapping):
         return {str(as_data(k, depth + 1)): as_data(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, Sequence | Set):  # a list, a tuple, a set, a deque: its items
         return [as_data(v, depth + 1) for v in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
@@ -62,6 +68,20 @@ def as_data(value: Any, depth: int = 0) -> Any:
 
 
 _ITEMS = 10_000
+_NONE = object()
+
+
+def _secret(value: Any) -> Any:
+    """What a secret holds (``SecretStr``, ``SecretBytes``, a ``Secret[...]`` of any type, a type
+    of the author's own with ``get_secret_value``): its text prints a mask, the function reads
+    the value. ``_NONE`` for anything else."""
+    reveal = getattr(type(value), "get_secret_value", None)
+    if not callable(reveal):
+        return _NONE
+    try:
+        return reveal(value)
+    except Exception:  # its own reader failed: nothing it holds can be told
+        return f"<unreadable {type(value).__name__}>"
 
 
 def _items(values: Iterator[Any], depth: int) -> list[Any]:
@@ -161,7 +181,15 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def schema_key(name: str, info: FieldInfo) -> str:
-    """The name the argument schema (validation mode, by alias) gives the field ``name``."""
-    if isinstance(info.validation_alias, str):
-        return info.validation_alias
+    """The name the argument schema (validation mode, by alias) gives the field ``name``: a
+    validation alias, or of several (``AliasChoices``) the first that is one key, as pydantic
+    names the property (an ``AliasPath`` alone names none: the field's alias or name)."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return alias
+    for choice in alias.choices if isinstance(alias, AliasChoices) else []:
+        if isinstance(choice, str):
+            return choice
+        if isinstance(choice, AliasPath) and len(choice.path) == 1 and isinstance(choice.path[0], str):
+            return choice.path[0]
     return info.alias or name
