@@ -20,6 +20,10 @@ what the tool receives, and each of these reached a tool in a form the policy ne
    ``Secret[str]`` (or a type of the author's own with ``get_secret_value``) by its mask: a
    message its validator decoded into one was judged as ``**********``. Any secret is now read
    as what it holds.
+6. **a default a factory fills**: ``as_data`` left out what an author's ``default_factory``
+   filled, as it leaves a static default to the schema; but a factory's value is in no schema,
+   so a deposit the factory sets (5000 where the user said 200) was paid with no figure judged.
+   A factory's value is now received (an empty list it makes still holds nothing to judge).
 
 And two where the legitimate call was judged in a form the tool never receives (denied or
 reviewed though it was the user's own): a ``RootModel`` argument was read as ``{"root": …}``,
@@ -291,3 +295,44 @@ async def test_a_field_of_several_names_is_judged_by_the_name_its_schema_gives()
     assert own.paid == [FRIEND_IBAN]
     found = await through(own.pay_to, call("pay_to", to=f" {ATTACKER_IBAN}", amount=200.0))
     assert "untrusted_origin" in found and own.paid == [FRIEND_IBAN]
+
+
+class Deposits:
+    """A bank whose deposit, left out, is its standard one: as a factory gives it, or as the
+    schema states it."""
+
+    def __init__(self) -> None:
+        self.paid: list[tuple[str, float]] = []
+
+    @tool(effect=Effect.PURCHASE)
+    def pay_to(
+        self,
+        to: Annotated[str, Field(description="IBAN.")],
+        amount: Annotated[
+            float, Field(default_factory=lambda: 5000.0, description="EUR; the standard deposit if left out.")
+        ],
+    ) -> str:
+        """Pay a deposit."""
+        self.paid.append((to, amount))
+        return "paid"
+
+    @tool(effect=Effect.PURCHASE)
+    def pay_standard(
+        self,
+        to: Annotated[str, Field(description="IBAN.")],
+        amount: Annotated[float, Field(description="EUR; the standard deposit if left out.")] = 5000.0,
+    ) -> str:
+        """Pay a deposit."""
+        self.paid.append((to, amount))
+        return "paid"
+
+
+@pytest.mark.parametrize("factory", [True, False], ids=["factory", "schema default"])
+async def test_an_amount_a_default_fills_is_judged_however_the_author_gave_it(factory: bool) -> None:
+    own = Deposits()
+    pay = own.pay_to if factory else own.pay_standard.with_options(name="pay_to")
+    # Told to pay "the deposit" with the amount left to the tool: it would pay 5000, not 200.
+    assert await through(pay, call("pay_to", to=FRIEND_IBAN)) == ["amount_over_bound"]
+    assert own.paid == []
+    assert await through(pay, call("pay_to", to=FRIEND_IBAN, amount=200.0)) == []
+    assert own.paid == [(FRIEND_IBAN, 200.0)]

@@ -6,9 +6,10 @@ serializer may print a value back in the form it was given (``Base64Str`` re-enc
 it decoded, a ``PlainSerializer`` can undo its ``BeforeValidator``) or fail on a value it cannot
 print (a validator that builds a domain object), and either way the policy would judge the form
 the model wrote instead of the one the tool gets. A field the call left out is left out here
-only where a default the tool's author wrote filled it (the policy reads the schema's defaults
-itself); a ``default_factory`` that reads the other arguments fills it from what the model gave,
-so that is received, and judged, like any other argument.
+only where the static default its schema states filled it (the policy reads the schema's
+defaults itself); what a ``default_factory`` fills is in no schema (one that reads the other
+arguments fills it from what the model gave), so that is received, and judged, like any other
+argument.
 """
 
 from __future__ import annotations
@@ -120,11 +121,19 @@ def _model(model: BaseModel, depth: int) -> dict[str, Any]:
 
 
 def _authors_default(info: FieldInfo, value: Any) -> bool:
-    """Whether a field the call left out holds what the tool's author set as its default: the
-    static default (still that value), or a factory of its own that reads no argument."""
-    if info.default_factory is not None:
-        return not info.default_factory_takes_validated_data
+    """Whether a field the call left out holds the static default its schema states (still that
+    value): the policy reads those itself. What a ``default_factory`` fills is in no schema (a
+    deposit's amount a factory gives is judged against the user's figure like any other), so it
+    is received, and judged, unless it holds nothing (an empty list) and reads no argument."""
+    if info.default_factory is not None:  # ``list``, ``dict``: nothing in it to judge
+        return not info.default_factory_takes_validated_data and _empty(value)
     return info.default is not PydanticUndefined and _equal(value, info.default)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, Sequence | Set | Mapping) and not isinstance(value, str | bytes) and not value
+    )
 
 
 def _dataclass(value: Any, depth: int) -> dict[str, Any]:
