@@ -8,7 +8,8 @@ what the tool receives, and each of these reached a tool in a form the policy ne
    it) and the server decoded it: the attacker's link went out unreviewed. Each key and item now
    takes the schema a validator applies to it (``property_schema``, ``_item``).
 2. **two declarations of one property**: an ``allOf`` whose branches both declare a property
-   (one its type, one its encoding) kept only the last; the encoding was dropped. Both now apply.
+   (one its type, one its encoding or its default) kept only the last; the encoding was dropped,
+   and so was the default a share's settings take (a public link). Both now apply.
 3. **a condition's subschema**: ``if``/``then``/``else`` (and ``dependentSchemas``) were not
    read: a server that decodes a part when its ``kind`` says so hid the link. The branch the
    value meets is now applied (``branch_of``).
@@ -44,9 +45,12 @@ import pytest
 from _travel import ATTACKER_IBAN, ATTACKER_URL, CTX, FRIEND_MAIL, HOTEL_URL
 from pydantic import AfterValidator, AliasChoices, Base64Bytes, BeforeValidator, Field, RootModel, Secret
 from test_provenance_round3 import FRIEND_IBAN, REQUEST, RULES, TRUST, Travel, problems, scripted
+from test_provenance_round19a import NESTED_RULES, _server_share, _State
+from test_provenance_round19a import TRUST as SHARE_TRUST
 from test_provenance_round30 import READ, send_raw_through
 
 from tether import Agent, Effect, Host, tool
+from tether.core.types import ProposedCall
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._provenance_schema import declared_received
 from tether.testing import call
@@ -138,6 +142,27 @@ def test_a_condition_the_value_does_not_meet_decodes_nothing() -> None:
     assert declared_received({"properties": {"raw": both}}, {"raw": {"text": "6869"}}) == {
         "raw": {"text": "hi"}
     }
+
+
+def test_a_default_one_branch_declares_for_a_property_another_types_is_filled() -> None:
+    # The settings' type says what ``public_link`` is; a branch says it is on unless told.
+    settings = {
+        "type": "object",
+        "properties": {"public_link": {"type": "boolean"}},
+        "allOf": [{"properties": {"public_link": {"default": True}}}],
+    }
+    spec = _server_share(settings)
+    request = "Share the Q3-Reports folder with bob@partner.example."
+
+    def decide(given: Any) -> list[str]:
+        arguments = {"folder": "Q3-Reports", "email": "bob@partner.example", "settings": given}
+        decision = ProvenanceRules(NESTED_RULES, SHARE_TRUST).check(
+            ProposedCall("p", spec, arguments, _State(request)), CTX
+        )
+        return [] if decision is None else [p["problem"] for p in decision.details["problems"]]
+
+    assert decide({}) == ["option_not_requested"]  # the server makes the public link
+    assert decide({"public_link": False}) == []
 
 
 # -- 4-5. what a local tool's function gets -------------------------------------------------------

@@ -144,7 +144,7 @@ def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: l
     for key, sub in (props if isinstance(props, Mapping) else {}).items():
         # A property two branches declare takes both schemas (one says its type, the other
         # its encoding): each applies to the value, so neither is dropped for the other.
-        properties[key] = {"allOf": [properties[key], sub]} if key in properties else sub
+        properties[key] = _merged({"allOf": [properties[key], sub]}) if key in properties else sub
     out.update({k: v for k, v in schema.items() if k not in ("properties", "allOf")})
 
 
@@ -260,7 +260,7 @@ def property_schema(schema: Mapping[str, Any], key: str) -> Any:
             if isinstance(schema.get(other), Mapping):
                 return schema[other]
         return None
-    return found[0] if len(found) == 1 else {"allOf": found}
+    return found[0] if len(found) == 1 else _merged({"allOf": found})
 
 
 def _matches(pattern: str, key: str) -> bool:
