@@ -104,6 +104,17 @@ SUBSCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {
         },
         lambda m: {"kind": "hex", "text": hexed(m)},
     ),
+    "then, in an allOf branch": (
+        {
+            "type": "object",
+            "properties": {"kind": {"type": "string"}, "text": {"type": "string"}},
+            "allOf": [
+                {"if": {"properties": {"kind": {"const": "hex"}}}, "then": {"properties": {"text": HEX}}},
+                {"if": {"properties": {"kind": {"const": "b32"}}}, "then": {"properties": {"text": {}}}},
+            ],
+        },
+        lambda m: {"kind": "hex", "text": hexed(m)},
+    ),
     "else": (
         {
             "type": "object",

@@ -105,10 +105,8 @@ def branch_of(schema: Any, value: Any) -> Any:
     (``declared_received`` judges what it would decode; the string as given is judged too)."""
     if not isinstance(schema, Mapping):
         return schema
-    if "if" in schema or isinstance(schema.get("dependentSchemas"), Mapping):
-        schema = _conditional(schema, value)
-    if isinstance(schema.get("allOf"), list):
-        schema = _merged(schema)
+    if isinstance(schema.get("allOf"), list) or _conditions(schema):
+        schema = _merged(schema, value)
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if not isinstance(branches, list):
@@ -122,37 +120,55 @@ def branch_of(schema: Any, value: Any) -> Any:
 
 
 _MERGES = 64  # schemas an allOf merges, its branches' own allOf's included
+_UNKNOWN = object()  # a value not known where a schema is merged: its conditions are kept
 
 
-def _merged(schema: Mapping[str, Any]) -> dict[str, Any]:
+def _merged(schema: Mapping[str, Any], value: Any = _UNKNOWN) -> dict[str, Any]:
     """An ``allOf`` schema as one: its branches' keywords and properties (those of an ``allOf``
-    inside a branch too) together, a schema's own over its branches'."""
+    inside a branch too) together, a schema's own over its branches'; with ``value``, the
+    subschemas each applies to it on a condition (``_conditional``) merged in too."""
     out: dict[str, Any] = {}
     properties: dict[str, Any] = {}
-    _merge(schema, out, properties, [_MERGES])
+    _merge(schema, out, properties, [_MERGES], value)
     return {**out, "properties": properties} if properties else out
 
 
-def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int]) -> None:
+def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int], value: Any) -> None:
     if not isinstance(schema, Mapping) or left[0] <= 0:
         return
     left[0] -= 1
+    if value is not _UNKNOWN and _conditions(schema):
+        schema = _conditional(schema, value)
     branches = schema.get("allOf")
     for branch in branches if isinstance(branches, list) else []:
-        _merge(branch, out, properties, left)
+        _merge(branch, out, properties, left, value)
     props = schema.get("properties")
     for key, sub in (props if isinstance(props, Mapping) else {}).items():
         # A property two branches declare takes both schemas (one says its type, the other
-        # its encoding): each applies to the value, so neither is dropped for the other.
-        properties[key] = _merged({"allOf": [properties[key], sub]}) if key in properties else sub
+        # its encoding or default): each applies to the value, so neither is dropped.
+        properties[key] = _both(properties[key], sub) if key in properties else sub
     out.update({k: v for k, v in schema.items() if k not in ("properties", "allOf")})
 
 
+def _both(one: Any, other: Any) -> Any:
+    """Two schemas of one property as one; kept as an ``allOf`` of both where either applies a
+    subschema on a condition (told when the property's value is read)."""
+    if _conditions(one) or _conditions(other):
+        return {"allOf": [one, other]}
+    return _merged({"allOf": [one, other]})
+
+
+def _conditions(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and (
+        "if" in schema or isinstance(schema.get("dependentSchemas"), Mapping)
+    )
+
+
 def _conditional(schema: Mapping[str, Any], value: Any) -> dict[str, Any]:
-    """``schema`` with the subschemas it applies to ``value`` on a condition merged in (as
-    ``allOf`` branches): ``then`` where ``value`` meets ``if``, else ``else``; both where that
-    cannot be told (the condition's schema is unusable); and each ``dependentSchemas`` entry
-    whose key an object holds."""
+    """``schema`` with the subschemas it applies to ``value`` on a condition as ``allOf``
+    branches: ``then`` where ``value`` meets ``if``, else ``else``; both where that cannot be
+    told (the condition's schema is unusable); and each ``dependentSchemas`` entry whose key an
+    object holds."""
     rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else", "dependentSchemas")}
     applied: list[Any] = []
     if "if" in schema:
@@ -260,7 +276,7 @@ def property_schema(schema: Mapping[str, Any], key: str) -> Any:
             if isinstance(schema.get(other), Mapping):
                 return schema[other]
         return None
-    return found[0] if len(found) == 1 else _merged({"allOf": found})
+    return found[0] if len(found) == 1 else {"allOf": found}
 
 
 def _matches(pattern: str, key: str) -> bool:
