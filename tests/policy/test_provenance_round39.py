@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+from collections import UserString, deque
 from typing import Annotated, Any
 
 import pytest
@@ -54,6 +55,7 @@ from tether.core.types import ProposedCall
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._provenance_schema import declared_received
 from tether.testing import call
+from tether.tools._received import as_data
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
@@ -372,3 +374,19 @@ async def test_an_amount_a_default_fills_is_judged_however_the_author_gave_it(fa
     assert own.paid == []
     assert await through(pay, call("pay_to", to=FRIEND_IBAN, amount=200.0)) == []
     assert own.paid == [(FRIEND_IBAN, 200.0)]
+
+
+def test_a_collection_of_another_type_is_read_by_its_items() -> None:
+    # A deque the function iterates is its items, not its repr (a UserString stays its text).
+    @tool(effect=Effect.SEND)
+    def mail_queue(
+        recipients: Annotated[deque[str], Field(description="E-mail addresses.")],
+        body: Annotated[str, Field(description="Body.")],
+    ) -> str:
+        """Send an e-mail."""
+        return "sent"
+
+    received = mail_queue.received({"recipients": [FRIEND_MAIL], "body": "hi"})
+    assert received is None or received == {"recipients": [FRIEND_MAIL], "body": "hi"}
+    assert as_data(UserString(HOTEL_URL)) == HOTEL_URL
+    assert as_data(deque([FRIEND_MAIL])) == [FRIEND_MAIL]

@@ -19,6 +19,7 @@ import datetime
 import enum
 import itertools
 import typing
+from collections import UserString
 from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
@@ -59,7 +60,7 @@ def as_data(value: Any, depth: int = 0) -> Any:
         return _dataclass(value, depth)
     if isinstance(value, Mapping):
         return {str(as_data(k, depth + 1)): as_data(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, Sequence | Set):  # a list, a tuple, a set, a deque: its items
+    if isinstance(value, Sequence | Set) and not isinstance(value, UserString):  # a list, a deque…
         return [as_data(v, depth + 1) for v in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
