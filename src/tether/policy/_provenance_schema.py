@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import codecs
 import json
 import quopri
 import re
@@ -23,9 +22,12 @@ from urllib.parse import unquote
 
 import yaml
 
+from tether.core._bytes import bytes_text
+from tether.core._pattern import pattern_search
+from tether.core._schema import compile_schema
 from tether.policy._provenance_mime import mime_read
 
-__all__ = ["branch_of", "declared_received", "inline_refs"]
+__all__ = ["branch_of", "declared_received", "inline_refs", "property_schema"]
 
 _DEPTH = 32  # a value's levels read (a call's value has at most 16 nested containers)
 _UNROLLED = 96  # a schema's levels inlined: a recursive model's own, to what a value can nest
@@ -103,8 +105,8 @@ def branch_of(schema: Any, value: Any) -> Any:
     (``declared_received`` judges what it would decode; the string as given is judged too)."""
     if not isinstance(schema, Mapping):
         return schema
-    if isinstance(schema.get("allOf"), list):
-        schema = _merged(schema)
+    if isinstance(schema.get("allOf"), list) or _conditions(schema):
+        schema = _merged(schema, value)
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if not isinstance(branches, list):
@@ -118,27 +120,82 @@ def branch_of(schema: Any, value: Any) -> Any:
 
 
 _MERGES = 64  # schemas an allOf merges, its branches' own allOf's included
+_UNKNOWN = object()  # a value not known where a schema is merged: its conditions are kept
 
 
-def _merged(schema: Mapping[str, Any]) -> dict[str, Any]:
+def _merged(schema: Mapping[str, Any], value: Any = _UNKNOWN) -> dict[str, Any]:
     """An ``allOf`` schema as one: its branches' keywords and properties (those of an ``allOf``
-    inside a branch too) together, a schema's own over its branches'."""
+    inside a branch too) together, a schema's own over its branches'; with ``value``, the
+    subschemas each applies to it on a condition (``_conditional``) merged in too."""
     out: dict[str, Any] = {}
     properties: dict[str, Any] = {}
-    _merge(schema, out, properties, [_MERGES])
+    _merge(schema, out, properties, [_MERGES], value)
     return {**out, "properties": properties} if properties else out
 
 
-def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int]) -> None:
+def _merge(schema: Any, out: dict[str, Any], properties: dict[str, Any], left: list[int], value: Any) -> None:
     if not isinstance(schema, Mapping) or left[0] <= 0:
         return
     left[0] -= 1
+    if value is not _UNKNOWN and _conditions(schema):
+        schema = _conditional(schema, value)
     branches = schema.get("allOf")
     for branch in branches if isinstance(branches, list) else []:
-        _merge(branch, out, properties, left)
+        _merge(branch, out, properties, left, value)
     props = schema.get("properties")
-    properties.update(props if isinstance(props, Mapping) else {})
+    for key, sub in (props if isinstance(props, Mapping) else {}).items():
+        # A property two branches declare takes both schemas (one says its type, the other
+        # its encoding or default): each applies to the value, so neither is dropped.
+        properties[key] = _both(properties[key], sub) if key in properties else sub
     out.update({k: v for k, v in schema.items() if k not in ("properties", "allOf")})
+
+
+def _both(one: Any, other: Any) -> Any:
+    """Two schemas of one property as one; kept as an ``allOf`` of both where either applies a
+    subschema on a condition (told when the property's value is read)."""
+    if _conditions(one) or _conditions(other):
+        return {"allOf": [one, other]}
+    return _merged({"allOf": [one, other]})
+
+
+def _conditions(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and (
+        "if" in schema or isinstance(schema.get("dependentSchemas"), Mapping)
+    )
+
+
+def _conditional(schema: Mapping[str, Any], value: Any) -> dict[str, Any]:
+    """``schema`` with the subschemas it applies to ``value`` on a condition as ``allOf``
+    branches: ``then`` where ``value`` meets ``if``, else ``else``; both where that cannot be
+    told (the condition's schema is unusable); and each ``dependentSchemas`` entry whose key an
+    object holds."""
+    rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else", "dependentSchemas")}
+    applied: list[Any] = []
+    if "if" in schema:
+        met = _meets(schema["if"], value)
+        applied += [schema.get("then")] if met else [schema.get("else")] if met is False else []
+        applied += [] if met is not None else [schema.get("then"), schema.get("else")]
+    dependent = schema.get("dependentSchemas")
+    if isinstance(dependent, Mapping) and isinstance(value, Mapping):
+        applied += [sub for key, sub in dependent.items() if key in value]
+    applied = [sub for sub in applied if isinstance(sub, Mapping)]
+    if not applied:
+        return rest
+    own = rest.get("allOf")
+    return {**rest, "allOf": [*(own if isinstance(own, list) else []), *applied]}
+
+
+def _meets(condition: Any, value: Any) -> bool | None:
+    """Whether ``value`` meets the schema ``condition`` (an ``if``); ``None`` where its schema
+    cannot be used to tell."""
+    if isinstance(condition, bool):
+        return condition
+    if not isinstance(condition, Mapping):
+        return None
+    try:
+        return not compile_schema(condition).violations(value)
+    except Exception:  # an unusable schema (a reference left unresolved, too much work)
+        return None
 
 
 def _fits(schema: Any, value: Any) -> bool:
@@ -200,22 +257,48 @@ def _read(value: Any, schema: Any, depth: int) -> Any:
     if isinstance(value, list):
         return [_read(item, _item(schema, i), depth + 1) for i, item in enumerate(value)]
     if isinstance(value, Mapping):
-        props = schema.get("properties")
-        props = props if isinstance(props, Mapping) else {}
-        extra = schema.get("additionalProperties")
-        return {k: _read(v, props.get(k, extra), depth + 1) for k, v in value.items()}
+        return {k: _read(v, property_schema(schema, k), depth + 1) for k, v in value.items()}
     return value
+
+
+def property_schema(schema: Mapping[str, Any], key: str) -> Any:
+    """The schema a validator applies to an object's ``key``: its ``properties`` entry and every
+    ``patternProperties`` entry whose pattern the key matches, together; where neither names
+    the key, ``additionalProperties``, else ``unevaluatedProperties``."""
+    props = schema.get("properties")
+    found = [props[key]] if isinstance(props, Mapping) and key in props else []
+    patterns = schema.get("patternProperties")
+    for pattern, sub in (patterns if isinstance(patterns, Mapping) else {}).items():
+        if _matches(str(pattern), key):
+            found.append(sub)
+    if not found:
+        for other in ("additionalProperties", "unevaluatedProperties"):
+            if isinstance(schema.get(other), Mapping):
+                return schema[other]
+        return None
+    return found[0] if len(found) == 1 else {"allOf": found}
+
+
+def _matches(pattern: str, key: str) -> bool:
+    """Whether ``pattern`` matches ``key``; where it cannot be matched (no regular expression,
+    too much work) it is taken to: the intake refuses such a value, and a reading too many
+    only adds what is judged."""
+    try:
+        return pattern_search(pattern, key)
+    except Exception:  # UnusableSchema: a pattern no regex reads, or one past its time
+        return True
 
 
 def _item(schema: Mapping[str, Any], index: int) -> Any:
     """The schema of a list's item ``index``: a tuple's own (``prefixItems``; ``items`` as a list
-    in older drafts, ``additionalItems`` past it), else ``items``."""
+    in older drafts, ``additionalItems`` past it), else ``items``, else ``unevaluatedItems``."""
     prefix = schema.get("prefixItems")
     older = schema.get("items")
     for leading, rest in ((prefix, older), (older, schema.get("additionalItems"))):
         if isinstance(leading, list):
-            return leading[index] if index < len(leading) else rest
-    return older
+            found = leading[index] if index < len(leading) else rest
+            return found if found is not None else schema.get("unevaluatedItems")
+    return older if older is not None else schema.get("unevaluatedItems")
 
 
 def _string(value: str, schema: Mapping[str, Any], depth: int) -> Any:
@@ -277,7 +360,7 @@ def _yaml(text: str) -> Any:
 
 def _yaml_text(value: Any) -> str:
     """A YAML value JSON has no type for, as text: bytes (``!!binary``) decoded, dates printed."""
-    return _text(value) if isinstance(value, bytes) else str(value)
+    return bytes_text(value) if isinstance(value, bytes) else str(value)
 
 
 _ESCAPE = re.compile(r"\\(?:x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))")
@@ -304,7 +387,7 @@ def _decoded(value: str, encoding: str) -> str:
         raw = _DECODERS[encoding](value)
     except (ValueError, TypeError):
         return value
-    return _text(raw)
+    return bytes_text(raw)
 
 
 def _unbase64(value: str) -> bytes:
@@ -326,22 +409,6 @@ def _unbase64(value: str) -> bytes:
     return base64.b64decode(bare + "=" * (-len(bare) % 4), validate=True)
 
 
-def _text(raw: bytes) -> str:
-    """Decoded bytes as the text they hold, as UTF-8; where a byte-order mark says UTF-16 or -32,
-    that reading after it, for a reader may take either."""
-    text = raw.decode("utf-8", "replace")
-    for mark, codec in _MARKS:
-        if raw.startswith(mark):
-            return f"{text}\n{raw.decode(codec, 'replace')}"
-    return text
-
-
-_MARKS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
 _BASE64_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
 _DECODERS: dict[str, Callable[[str], bytes]] = {
     "base64": _unbase64,

@@ -289,8 +289,9 @@ class Tool(Generic[P, T]):
         from another), where that differs from ``arguments``; ``None`` where it does not, or where
         they fail validation (the call then runs nothing). The values are read as the function
         gets them, never through the model's serializers (``as_data``: a serializer may print a
-        decoded value back as it was given). What only the author's default filled in, at any
-        depth, is left out, as the call left it: the policy reads the schema's defaults itself."""
+        decoded value back as it was given). What only a static default the schema states filled
+        in, at any depth, is left out, as the call left it: the policy reads the schema's defaults
+        itself (what a ``default_factory`` fills is in no schema: it is received)."""
         if self._plain is not None:
             return None  # bare types, no validators: what is given is what is received
         try:

@@ -6,9 +6,10 @@ serializer may print a value back in the form it was given (``Base64Str`` re-enc
 it decoded, a ``PlainSerializer`` can undo its ``BeforeValidator``) or fail on a value it cannot
 print (a validator that builds a domain object), and either way the policy would judge the form
 the model wrote instead of the one the tool gets. A field the call left out is left out here
-only where a default the tool's author wrote filled it (the policy reads the schema's defaults
-itself); a ``default_factory`` that reads the other arguments fills it from what the model gave,
-so that is received, and judged, like any other argument.
+only where the static default its schema states filled it (the policy reads the schema's
+defaults itself); what a ``default_factory`` fills is in no schema (one that reads the other
+arguments fills it from what the model gave), so that is received, and judged, like any other
+argument.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ import datetime
 import enum
 import itertools
 import typing
-from collections.abc import Iterator, Mapping
+from collections import UserString
+from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
-from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic import AliasChoices, AliasPath, BaseModel, RootModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+
+from tether.core._bytes import bytes_text
 
 __all__ = ["as_data"]
 
@@ -32,8 +36,9 @@ _DEPTH = 64
 
 def as_data(value: Any, depth: int = 0) -> Any:
     """``value`` (what pydantic gives the function) as JSON-like data: models and dataclasses as
-    objects keyed as the schema names their fields, containers as lists and objects, secrets as
-    the text they hold, bytes as text, and anything else by its own text (``str``)."""
+    objects keyed as the schema names their fields (a root model as its root), containers as
+    lists and objects, a secret of any kind as what it holds, bytes as the text they hold
+    (``bytes_text``), and anything else by its own text (``str``)."""
     if depth > _DEPTH:
         return _text(value)
     if value is None or (isinstance(value, bool | int | float) and not isinstance(value, enum.Enum)):
@@ -42,17 +47,20 @@ def as_data(value: Any, depth: int = 0) -> Any:
         return as_data(value.value, depth + 1)
     if isinstance(value, str):
         return str.__str__(value)  # its characters, whatever a subclass prints
-    if isinstance(value, SecretStr | SecretBytes):
-        return as_data(value.get_secret_value(), depth + 1)
     if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
+        return bytes_text(bytes(value))
+    secret = _secret(value)
+    if secret is not _NONE:
+        return as_data(secret, depth + 1)
+    if isinstance(value, RootModel):
+        return as_data(value.root, depth + 1)  # the value its schema describes, not ``{"root": …}``
     if isinstance(value, BaseModel):
         return _model(value, depth)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _dataclass(value, depth)
     if isinstance(value, Mapping):
         return {str(as_data(k, depth + 1)): as_data(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, Sequence | Set) and not isinstance(value, UserString):  # a list, a deque…
         return [as_data(v, depth + 1) for v in value]
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
@@ -62,6 +70,20 @@ def as_data(value: Any, depth: int = 0) -> Any:
 
 
 _ITEMS = 10_000
+_NONE = object()
+
+
+def _secret(value: Any) -> Any:
+    """What a secret holds (``SecretStr``, ``SecretBytes``, a ``Secret[...]`` of any type, a type
+    of the author's own with ``get_secret_value``): its text prints a mask, the function reads
+    the value. ``_NONE`` for anything else."""
+    reveal = getattr(type(value), "get_secret_value", None)
+    if not callable(reveal):
+        return _NONE
+    try:
+        return reveal(value)
+    except Exception:  # its own reader failed: nothing it holds can be told
+        return f"<unreadable {type(value).__name__}>"
 
 
 def _items(values: Iterator[Any], depth: int) -> list[Any]:
@@ -100,11 +122,19 @@ def _model(model: BaseModel, depth: int) -> dict[str, Any]:
 
 
 def _authors_default(info: FieldInfo, value: Any) -> bool:
-    """Whether a field the call left out holds what the tool's author set as its default: the
-    static default (still that value), or a factory of its own that reads no argument."""
-    if info.default_factory is not None:
-        return not info.default_factory_takes_validated_data
+    """Whether a field the call left out holds the static default its schema states (still that
+    value): the policy reads those itself. What a ``default_factory`` fills is in no schema (a
+    deposit's amount a factory gives is judged against the user's figure like any other), so it
+    is received, and judged, unless it holds nothing (an empty list) and reads no argument."""
+    if info.default_factory is not None:  # ``list``, ``dict``: nothing in it to judge
+        return not info.default_factory_takes_validated_data and _empty(value)
     return info.default is not PydanticUndefined and _equal(value, info.default)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, Sequence | Set | Mapping) and not isinstance(value, str | bytes) and not value
+    )
 
 
 def _dataclass(value: Any, depth: int) -> dict[str, Any]:
@@ -161,7 +191,15 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def schema_key(name: str, info: FieldInfo) -> str:
-    """The name the argument schema (validation mode, by alias) gives the field ``name``."""
-    if isinstance(info.validation_alias, str):
-        return info.validation_alias
+    """The name the argument schema (validation mode, by alias) gives the field ``name``: a
+    validation alias, or of several (``AliasChoices``) the first that is one key, as pydantic
+    names the property (an ``AliasPath`` alone names none: the field's alias or name)."""
+    alias = info.validation_alias
+    if isinstance(alias, str):
+        return alias
+    for choice in alias.choices if isinstance(alias, AliasChoices) else []:
+        if isinstance(choice, str):
+            return choice
+        if isinstance(choice, AliasPath) and len(choice.path) == 1 and isinstance(choice.path[0], str):
+            return choice.path[0]
     return info.alias or name
