@@ -26,7 +26,7 @@ from tether.console._resume import resume_run
 from tether.console._runs import RunSummary, RunView, nests_deeper, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
-from tether.console._web import UNSTORABLE, Gate, holds_unstorable
+from tether.console._web import UNSTORABLE, Gate, holds_unstorable, read_json
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["api_routes"]
@@ -88,9 +88,11 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
             raw = await request.body()
             if raw.strip():
                 try:
-                    parsed = json.loads(raw)
-                except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-                    return _error(400, "bad_json", "the body must be a JSON object")
+                    parsed = read_json(raw)
+                except (ValueError, RecursionError) as err:  # not strict JSON, or nested too deep
+                    plain = isinstance(err, RecursionError | json.JSONDecodeError | UnicodeDecodeError)
+                    why = "" if plain else f": {str(err)[:200]}"
+                    return _error(400, "bad_json", f"the body must be a JSON object in UTF-8{why}")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if nests_deeper(parsed, MAX_BODY_DEPTH):  # what reads it may recurse (a server error)

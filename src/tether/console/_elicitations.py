@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether.console._render import names_in
+from tether.console._render import hidden_chars, names_in, reorders
 from tether.console._runs import RunFilter, nests_deeper, shallow
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
@@ -39,6 +39,14 @@ _INT = re.compile(r"^[+-]?\d{1,18}$")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
 PENDING_SHOWN = 200  # pending questions a page or API answer lists: the newest the reader may see
+PREFILLED = 60  # the longest default a form fills in (longer runs past what a text box shows)
+# What a field asks for when its name, title or description says a password or another secret:
+# the server, not tether, asks, and its answer goes to the server.
+_ASKS_SECRET = re.compile(
+    r"pass(?:word|phrase|code)|\bpin\b|one[- ]?time|\b(?:otp|totp|2fa|mfa)\b|secret|api[ _-]?key"
+    r"|token|credential|private[ _-]?key|recovery|security code|cvv|card number",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +69,48 @@ class FormField:
             return "true" if self.default else "false"
         return str(self.default)
 
+    @property
+    def prefill(self) -> str:
+        """The default the form fills in: only one a text box shows as it is sent (``shows_whole``);
+        any other is withheld, shown beside the field (``withheld``) for the reviewer to type."""
+        text = self.default_text
+        return text if self.input_type in ("select", "multiselect", "boolean") or shows_whole(text) else ""
+
+    @property
+    def withheld(self) -> str:
+        """The server's default when it is not filled in (``prefill``), else ``""``."""
+        return self.default_text if self.default_text and not self.prefill else ""
+
+    @property
+    def asks_secret(self) -> bool:
+        """Whether the field's name, title or description asks for a password or another secret."""
+        return any(_ASKS_SECRET.search(text) for text in (self.name, self.label, self.description))
+
+
+def shows_whole(text: str) -> bool:
+    """Whether a one-line text box shows ``text`` as it will be sent: short enough to be seen at
+    once, no hidden character (an ``<input>``'s value cannot flag one), nothing a browser would
+    reorder, no line break (which a text box drops) and no run, lead or trail of spaces."""
+    return (
+        len(text) <= PREFILLED
+        and not hidden_chars(text)
+        and not reorders(text)
+        and "\n" not in text
+        and "\t" not in text
+        and text == text.strip()
+        and "  " not in text
+    )
+
+
+def _option(value: Any, label: Any) -> tuple[str, str]:
+    """A choice as (value sent, label shown): a label other than its value says the value too, so
+    a server cannot title a choice as another (``Keep my money`` sending ``transfer_all``)."""
+    sent, shown = str(value), str(label)
+    return sent, shown if shown == sent else f"{shown} [sends {sent}]"
+
 
 def _titled(choices: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(o["const"], str(o.get("title") or o["const"])) for o in choices]
+    return [_option(o["const"], o.get("title") or o["const"]) for o in choices]
 
 
 def form_fields(schema: dict[str, Any]) -> list[FormField]:
@@ -80,7 +127,7 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
         input_type = {"number": "number", "integer": "number", "array": "multiselect"}.get(kind, "boolean")
         if kind == "string" and "enum" in prop:
             names = prop.get("enumNames") or prop["enum"]
-            options, input_type = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)], "select"
+            options, input_type = [_option(v, n) for v, n in zip(prop["enum"], names, strict=False)], "select"
         elif kind == "string" and "oneOf" in prop:
             options, input_type = _titled(prop["oneOf"]), "select"
         elif kind == "string":

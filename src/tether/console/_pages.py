@@ -28,7 +28,7 @@ from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal, sign_in_name
-from tether.console._web import UNSTORABLE, form_value, holds_unstorable
+from tether.console._web import UNSTORABLE, form_value, holds_unstorable, repeated_field
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["page_routes"]
@@ -237,6 +237,9 @@ class _Pages:
                         return problem(request, principal, 403, "Refused", "Missing or wrong CSRF token.")
                     if holds_unstorable(form):
                         return problem(request, principal, 400, "Refused", UNSTORABLE)
+                    if (twice := repeated_field(form)) is not None:
+                        said = f"The field {twice!r} is given twice."
+                        return problem(request, principal, 400, "Refused", said)
                 return await handler(request, principal)
             except Hidden:
                 return problem(request, principal, 404, "Not found", "There is nothing here for you.")
@@ -273,6 +276,8 @@ class _Pages:
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
             elif holds_unstorable(form):
                 error, status, nxt = UNSTORABLE, 400, "/"
+            elif repeated_field(form) is not None:
+                error, status, nxt = "A field of the sign-in form is given twice.", 400, "/"
             elif (at := self.throttle.attempt(name, client)) is None:
                 if self.throttle.first_refusal(client):
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import math
 import os
@@ -35,7 +36,16 @@ from starlette.responses import Response
 from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
-__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "holds_unstorable", "load_secret_key"]
+__all__ = [
+    "Gate",
+    "WeakSecretKey",
+    "check_secret_key",
+    "cookie_names",
+    "holds_unstorable",
+    "load_secret_key",
+    "read_json",
+    "repeated_field",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -350,6 +360,24 @@ def _same(supplied: str, expected: str) -> bool:
     return hmac.compare_digest(supplied.encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
 
 
+# Form fields a form of the console sends more than once: a server review's checkboxes, and a
+# question's fields (``f:<name>``, a multi-select; its parser refuses more than one value elsewhere).
+MANY_VALUED = frozenset({"tool", "accept_flagged"})
+
+
+def repeated_field(form: Any) -> str | None:
+    """A field of one value that ``form`` gives more than once (``reason``, ``content_hash``,
+    ``csrf_token`` …), or ``None``: such a form is refused whole. Each was read as its last
+    value, so what a reader of its first (a proxy's filter, a log, another framework) saw was
+    not what was acted on."""
+    seen: set[str] = set()
+    for key, _ in form.multi_items():
+        if key in seen and key not in MANY_VALUED and not key.startswith("f:"):
+            return str(key)
+        seen.add(key)
+    return None
+
+
 def form_value(form: Any, key: str, limit: int = 4000) -> str:
     value = form.get(key, "")
     return value[:limit] if isinstance(value, str) else ""
@@ -383,3 +411,24 @@ def holds_unstorable(value: Any) -> bool:
         elif hasattr(item, "multi_items"):  # a form (keys and every value of each)
             stack.extend(k for pair in item.multi_items() for k in pair)
     return False
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key[:80]!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
+def read_json(raw: bytes) -> Any:
+    """A request's JSON body as one reading only can take it: UTF-8 (no byte-order mark; Python's
+    parser also guessed UTF-16 and UTF-32 from the bytes), each key once in an object (a second
+    one silently replaced the first, so what another reader, a proxy's filter or a log, saw was
+    not what was acted on). ``NaN`` and the infinities are read (an answer's check refuses them,
+    ``validate_answer``). Raises ``ValueError`` (``RecursionError`` past the parser's depth)."""
+    text = raw.decode("utf-8")  # strict: UnicodeDecodeError is a ValueError
+    if text.startswith("\ufeff"):
+        raise ValueError("a byte-order mark is not allowed")
+    return json.loads(text, object_pairs_hook=_pairs)
