@@ -237,7 +237,8 @@ class Database:
         application_name: str | None = None,
     ) -> Database:
         pg = url if isinstance(url, PgUrl) else PgUrl.parse(url)
-        options = "-c TimeZone=UTC" + (f" -c search_path={pg.schema}" if pg.schema else "")
+        own = "-c TimeZone=UTC" + (f" -c search_path={pg.schema}" if pg.schema else "")
+        options = f"{pg.params().get('options', '')} {own}".strip()  # the URL's (DBOS reads them) first
         name = application_name or f"tether:{pg.schema or 'public'}"
         engine = create_engine(
             pg.sqlalchemy(),
@@ -245,6 +246,8 @@ class Database:
             max_overflow=0,
             pool_timeout=timeout_s,
             pool_pre_ping=True,
+            # Stores read what committed before each statement, whatever the role's default.
+            isolation_level="READ COMMITTED",
             connect_args={
                 "options": options,
                 "connect_timeout": max(1, int(timeout_s)),
@@ -548,12 +551,11 @@ def _migrate(
     dialect: str, concern: str, steps: tuple[Migration, ...], key: str, conn: Connection
 ) -> list[str]:
     if dialect == "postgresql":
-        # Every wait of a migration is bounded, the migrators' own lock's too: a DDL statement
-        # queued for its table's lock behind a worker's transaction holds up every later statement
-        # on that table (every worker's heartbeat), and a migrator stopped while it holds the
-        # migration lock (a ``tether db init`` suspended with Ctrl-Z, a frozen container) held up
-        # every later migrator, every worker's start, without a word. Each lets go instead.
+        # Every wait is bounded, the migration lock's too (a DDL queued behind a worker's
+        # transaction holds up every heartbeat; a migrator suspended holding the lock, every
+        # start); not by a ``statement_timeout`` (it cut those waits and a long DDL every try).
         conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
         _locked(conn, MIGRATION_LOCK, functools.partial(conn.execute, _TAKE_LOCK))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))

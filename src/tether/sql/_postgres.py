@@ -10,7 +10,7 @@ import getpass
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from tether.errors import ConfigError, TetherError
 
@@ -51,7 +51,7 @@ class PgUrl:
         schema = next((v for k, v in query if k == "schema"), None)
         if schema is not None and not _SCHEMA.match(schema):
             raise ConfigError(f"schema {schema!r} must be a lowercase identifier")
-        rest = urlencode([(k, v) for k, v in query if k != "schema"])
+        rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)  # libpq: no "+"
         # Written out, not by urlunsplit: that drops the '//' of an empty host part
         # ('postgresql:///db?host=/run/postgresql'), which libpq then cannot read.
         conninfo = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")

@@ -1,0 +1,230 @@
+"""An operator's rolling upgrade, eighteenth round: PostgreSQL deployments as operators set them up
+(a role's or database's own settings), and fleets of two releases on one queue.
+
+What did not hold, each fixed here and pinned below:
+
+- a database (or role) whose operator set a ``statement_timeout`` for queries (``ALTER DATABASE …
+  SET statement_timeout = '1s'``, common on shared servers): a migrator's wait for the migration
+  lock (another release's ``tether db init`` or worker start, migrating beside it) or for a
+  table's lock (a worker of the old release inside a transaction) was cut at the timeout, not
+  bounded by the migration's own waits (``MigrationBusy``, ``store_busy``), and read as a lost
+  connection: after three tries ``db init`` and every worker's start ended ``StoreUnavailable``
+  ("unreachable") while the database was up. A migration statement longer than the timeout (an
+  index built on a large table) was cut at every try, so that release could never start there.
+  A migration's transaction now runs without the timeout; its waits stay bounded as before.
+- a database (or role) whose default isolation is ``repeatable read`` (``default_transaction_
+  isolation``, set for an application's reports): every store's transaction ran under it, and a
+  store that looks for a duplicate under a lock read the snapshot of its transaction's first
+  statement, not what committed while it waited: eight identical memory records proposed at once
+  were stored as several (invariant M4). Each store's connection now runs ``read committed``,
+  what every store is written for, whatever the database's default.
+- a URL's own ``options`` (libpq's: ``?options=-c idle_in_transaction_session_timeout=60000``,
+  an operator's guard against a frozen worker holding a table's lock through an upgrade) were read
+  by DBOS's engine and the clients' probes but dropped by every tether store's connection, which
+  set ``options`` of its own: the guard held for DBOS's tables only. They are now passed, tether's
+  own settings (time zone, the URL's schema) after them.
+
+Played and held (``UPGRADE_FROM``, default ``793a39a3``): workers of the earlier release and of
+this one on one PostgreSQL queue whose database sets both of the above, runs submitted from either
+release's CLI, paused, decided on the other release's CLI, an old worker killed (-9) inside a
+call: each run once, each effect once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import pytest
+
+# A database of its own: ``ALTER DATABASE`` settings apply to the sessions that connect to it.
+
+
+def _database(pg_dsn: str, settings: dict[str, str]) -> Iterator[str]:
+    import psycopg
+
+    name = f"u18_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+        for key, value in settings.items():
+            conn.execute(f"ALTER DATABASE {name} SET {key} = '{value}'")
+    try:
+        yield urlunsplit(urlsplit(pg_dsn)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def timed_out_db(pg_dsn: str) -> Iterator[str]:
+    """A database whose operator bounds every statement to one second."""
+    yield from _database(pg_dsn, {"statement_timeout": "1s"})
+
+
+@pytest.fixture(params=["repeatable read"])
+def isolated_db(pg_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database whose default transaction isolation is not PostgreSQL's default."""
+    yield from _database(pg_dsn, {"default_transaction_isolation": str(request.param)})
+
+
+def _show(url: str, setting: str) -> str:
+    from tether.sql._database import Database
+
+    db = Database.postgresql(url)
+    try:
+        return str(db.snapshot(lambda conn: conn.exec_driver_sql(f"SHOW {setting}").scalar()))
+    finally:
+        db.close()
+
+
+# -- a statement timeout set by the operator -------------------------------------------------------
+
+
+def _hold_migration_lock(url: str, seconds: float) -> threading.Thread:
+    """Another migrator (an earlier release's ``db init``) holding the migration lock a while."""
+    import psycopg
+
+    taken = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(url, application_name="tether:init (older release)") as conn:
+            conn.execute("SET statement_timeout = 0")
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))")
+            taken.set()
+            time.sleep(seconds)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert taken.wait(30)
+    return thread
+
+
+def test_db_init_waits_for_another_migrator_past_the_operators_statement_timeout(
+    timed_out_db: str, capsys: Any
+) -> None:
+    """Another release's migrator holds the migration lock for 4.5 s on a database bounding
+    statements to 1 s: this release's ``db init`` waits for it (its own bound is 5 s a try) and
+    applies; it ended ``StoreUnavailable`` after its connection "retries"."""
+    import json
+
+    from tether.cli import main
+
+    assert main(["db", "init", "--db", timed_out_db, "--json"]) == 0  # the deployment, set up
+    capsys.readouterr()
+    holder = _hold_migration_lock(timed_out_db, 4.5)
+    try:
+        code = main(["db", "init", "--db", timed_out_db, "--json"])  # the upgrade's, meanwhile
+    finally:
+        holder.join()
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0, out
+    assert _show(timed_out_db, "statement_timeout") == "1s"  # the operator's bound stands for queries
+
+
+def test_a_migration_longer_than_the_operators_statement_timeout_applies(timed_out_db: str) -> None:
+    """A migration statement that takes longer than the database's statement timeout (an index
+    on a large table, played by a sleep) is applied once, not cut at every try."""
+    from sqlalchemy import Connection, text
+
+    from tether.sql._database import Database
+
+    def slow(conn: Connection) -> None:
+        conn.execute(text("SELECT pg_sleep(1.5)"))
+        conn.execute(text("CREATE TABLE later_index_built (x integer)"))
+
+    db = Database.postgresql(timed_out_db)
+    try:
+        assert db.migrate("round18", [("round18.001_slow_index", slow)]) == ["round18.001_slow_index"]
+        tables = db.snapshot(
+            lambda conn: list(conn.exec_driver_sql("SELECT tablename FROM pg_tables WHERE tablename = 'later_index_built'"))
+        )
+        assert len(tables) == 1
+    finally:
+        db.close()
+
+
+# -- a default isolation other than read committed -----------------------------------------------
+
+
+def test_identical_memory_records_proposed_at_once_are_stored_once_whatever_the_default_isolation(
+    isolated_db: str,
+) -> None:
+    import anyio
+
+    from tether.errors import MemoryPolicyError
+    from tether.memory._sqlstore import PgMemory
+
+    store = PgMemory(isolated_db, policy=_memory_policy())
+    outcomes: list[str] = []
+
+    async def attempt() -> None:
+        try:
+            outcomes.append((await store.propose(_record())).status)
+        except MemoryPolicyError as exc:
+            outcomes.append(exc.reason)
+
+    async def play() -> None:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    tg.start_soon(attempt)
+
+    try:
+        anyio.run(play)
+        rows = store.db.snapshot(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM memory_records").scalar())
+    finally:
+        store.close()
+    assert sorted(outcomes) == ["duplicate"] * 7 + ["stored"], outcomes
+    assert rows == 1
+    assert _show(isolated_db, "transaction_isolation") == "read committed"
+
+
+def _memory_policy() -> Any:
+    from tether.memory import MemoryPolicy
+
+    return MemoryPolicy(approved_sources=frozenset({"erp-assets"}))
+
+
+def _record() -> Any:
+    from datetime import UTC, datetime, timedelta
+
+    from tether.memory import MemoryRecord, Source
+
+    at = datetime.now(UTC) - timedelta(minutes=5)
+    return MemoryRecord(
+        kind="semantic", subject="equipment:eq-19", claim="nominal voltage is 380 V",
+        source=Source(system="erp-assets", record="asset-991", observed_at=at), scope="tenant:a",
+        confidence="authoritative", valid_until=at + timedelta(days=365), acl=frozenset({"maintenance-read"}),
+        retention="while-asset-active", purpose="answer maintenance questions", sensitivity="internal",
+    )  # fmt: skip
+
+
+# -- the URL's own options -------------------------------------------------------------------------
+
+
+def test_a_urls_own_options_reach_every_store_connection(pg_url: str, capsys: Any) -> None:
+    """``?options=`` (libpq's) as an operator writes it, with tether's ``schema``: the deployment
+    is set up through it (DBOS's engine, the probes and the stores read it alike; its spaces were
+    written back as ``+``, which libpq does not read as a space), and both hold on a store's
+    connection."""
+    import json
+
+    from tether.cli import main
+
+    guard = quote("-c idle_in_transaction_session_timeout=60000 -c lock_timeout=1234", safe="")
+    url = f"{pg_url}&options={guard}"
+    code = main(["db", "init", "--db", url, "--json"])
+    assert code == 0, capsys.readouterr().out
+    assert _show(url, "idle_in_transaction_session_timeout") == "1min"
+    assert _show(url, "lock_timeout") == "1234ms"
+    assert _show(url, "TimeZone") == "UTC"
+    assert _show(url, "search_path") == pg_url.rpartition("schema=")[2]  # the schema still holds
