@@ -152,6 +152,112 @@ def test_a_migration_longer_than_the_operators_statement_timeout_applies(timed_o
         db.close()
 
 
+def _proposal(url: str) -> str:
+    """A pending proposal in the deployment's approval store at ``url``; its id."""
+    from datetime import UTC, datetime
+
+    from tether.policy import content_hash
+    from tether.policy._pg_store import PgApprovalStore
+    from tether.policy._store import NewProposal
+    from tether.sql._database import blocking
+
+    store = PgApprovalStore(url)
+    try:
+        new = NewProposal("acme", "note", "{}", content_hash("note", {}), "write", "model", "r1", 1, "c1")
+        return str(blocking(store.add_proposal, new, now=datetime.now(UTC)).id)
+    finally:
+        store.close()
+
+
+def _holding_row(url: str, proposal_id: str, seconds: float) -> threading.Thread:
+    """A worker of the old release inside a transaction that locked the proposal's row (stopped
+    mid-decision: a frozen container), for ``seconds``."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    pg, taken = PgUrl.parse(url), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(pg.conninfo, application_name="worker (older release, frozen)") as conn:
+            conn.execute("SET statement_timeout = 0")
+            conn.execute(f"SET search_path = {pg.schema or 'public'}")
+            conn.execute("SELECT id FROM proposals WHERE id = %s FOR UPDATE", (proposal_id,))
+            taken.set()
+            time.sleep(seconds)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert taken.wait(30)
+    return thread
+
+
+def _cli(capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
+    import json
+
+    from tether.cli import main
+
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_a_decision_cut_at_the_operators_statement_timeout_is_busy_not_a_bug(
+    timed_out_db: str, capsys: Any
+) -> None:
+    """``tether approvals approve`` waits on a proposal row a frozen worker's transaction holds,
+    past the database's statement timeout: it says the store is busy (exit 6, ``store_busy``,
+    run it again), nothing written, not "unexpected error … report it" (exit 7); run again once
+    the session is gone, it approves."""
+    assert _cli(capsys, "db", "init", "--db", timed_out_db)[0] == 0
+    pid = _proposal(timed_out_db)
+    holder = _holding_row(timed_out_db, pid, 6.0)
+    try:
+        code, out = _cli(capsys, "approvals", "approve", pid, "--db", timed_out_db, "--reviewer", "rita")
+    finally:
+        holder.join()
+    assert (code, out["error"]) == (6, "store_busy"), out
+    [listed] = _cli(capsys, "approvals", "list", "--db", timed_out_db)[1]["proposals"]
+    assert listed["status"] == "pending"  # nothing written
+    code, out = _cli(capsys, "approvals", "approve", pid, "--db", timed_out_db, "--reviewer", "rita")
+    assert (code, out["status"]) == (0, "approved"), out
+
+
+def test_a_command_whose_database_connection_is_cut_says_so_not_report_it(pg_url: str, capsys: Any) -> None:
+    """The connection of ``tether approvals approve`` is cut at every try (a failover, an
+    operator's ``pg_terminate_backend`` during the upgrade's maintenance): exit 6
+    (``store_unavailable``, look before running it again), not exit 7 and "report it"."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    assert _cli(capsys, "db", "init", "--db", pg_url)[0] == 0
+    pid = _proposal(pg_url)
+    done = threading.Event()
+    base = PgUrl.parse(pg_url).conninfo
+
+    def cut() -> None:  # every tether session waiting on the held row, terminated
+        with psycopg.connect(base, autocommit=True) as conn:
+            while not done.is_set():
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND application_name LIKE 'tether:%%' AND datname = current_database()"
+                )
+                time.sleep(0.1)
+
+    holder = _holding_row(pg_url, pid, 8.0)
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    try:
+        code, out = _cli(capsys, "approvals", "approve", pid, "--db", pg_url, "--reviewer", "rita")
+    finally:
+        done.set()
+        cutter.join()
+        holder.join()
+    assert (code, out["error"]) == (6, "store_unavailable"), out
+    assert "look" in out["message"] and "report it" not in out["message"], out
+
+
 # -- a default isolation other than read committed -----------------------------------------------
 
 
@@ -228,3 +334,65 @@ def test_a_urls_own_options_reach_every_store_connection(pg_url: str, capsys: An
     assert _show(url, "lock_timeout") == "1234ms"
     assert _show(url, "TimeZone") == "UTC"
     assert _show(url, "search_path") == pg_url.rpartition("schema=")[2]  # the schema still holds
+
+
+# -- a fleet of two releases on one queue, on such a database --------------------------------------
+
+# The release this round started from (``UPGRADE_FROM``: commits of this repository, comma-separated).
+OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "793a39a3").split(",") if c.strip()]
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
+    from test_rolling_upgrade import ROOT
+
+    commit = str(request.param).strip()
+    dest = tmp_path_factory.mktemp(f"old-{commit}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "src"
+
+
+@pytest.fixture
+def operators_db(pg_dsn: str) -> Iterator[str]:
+    """A database as an operator of a shared server sets it: queries bounded, reports isolated."""
+    yield from _database(pg_dsn, {"statement_timeout": "2s", "default_transaction_isolation": "repeatable read"})
+
+
+@pytest.mark.slow
+def test_two_releases_on_one_queue_each_run_and_effect_once(
+    operators_db: str, tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """Workers of the earlier release and of this one take runs from one queue; runs submitted on
+    either CLI are inside their call when the old worker is killed (-9); this release's ``db init``
+    runs meanwhile; each run pauses, is approved on the other release's CLI, and finishes: each
+    call cut once at most, each effect once."""
+    from test_rolling_upgrade import _write_version
+    from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _every_run_once
+
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Mixed(operators_db, tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", op.url)
+    gate = tmp_path / "agent" / "gate-A"
+    gate.write_text("")
+    try:
+        op.start_on("o1", old_src)
+        op.start_on("n1", NEW_SRC)
+        runs = [op.old_submit(), op.submit(), op.old_submit(), op.submit()]
+        op.until("every run inside its call", lambda: {r[0] for r in op.lines("reads.log")} == set(runs), 90)
+        op.cli("db", "init", "--db", op.url)  # the upgrade's, with runs in flight on both releases
+        assert op.signal("o1", signal.SIGKILL) == -signal.SIGKILL
+        gate.unlink()
+        op.until("every run to pause", lambda: op.status(*runs) == ["paused"] * 4, 120)
+        reads = Counter(r[0] for r in op.lines("reads.log"))
+        assert set(reads) == set(runs) and set(reads.values()) <= {1, 2}, reads  # o1's cut call once more
+        for n, run_id in enumerate(runs):
+            (op.approve if n % 2 == 0 else op.old_approve)(run_id)  # the other release's CLI
+        op.until("every run to finish", lambda: op.status(*runs) == ["finished"] * 4, 120)
+        _every_run_once(op, runs)
+    finally:
+        op.stop()

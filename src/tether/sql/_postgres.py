@@ -26,6 +26,19 @@ class StoreUnavailable(TetherError):
     """The database could not be reached, or a commit's outcome is unknown (connection lost)."""
 
 
+# What the server says of a statement it cut at a bound (``statement_timeout``, an operator's
+# cancel; ``lock_timeout``): the session lives, its transaction is rolled back.
+CUT = frozenset({"57014", "55P03"})
+
+
+class StoreHeld(StoreUnavailable):
+    """A statement cut at the server's bound on every try (``statement_timeout``, ``lock_timeout``:
+    it waited on a lock another session held, a worker of any release inside a transaction):
+    nothing was written, and the same operation may be asked again once that session is done."""
+
+    reason = "store_busy"
+
+
 @dataclass(frozen=True, slots=True)
 class PgUrl:
     """A parsed ``postgresql://`` URL: what psycopg connects to, and tether's schema.
