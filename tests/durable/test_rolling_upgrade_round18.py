@@ -18,11 +18,29 @@ What did not hold, each fixed here and pinned below:
   statement, not what committed while it waited: eight identical memory records proposed at once
   were stored as several (invariant M4). Each store's connection now runs ``read committed``,
   what every store is written for, whatever the database's default.
-- a URL's own ``options`` (libpq's: ``?options=-c idle_in_transaction_session_timeout=60000``,
-  an operator's guard against a frozen worker holding a table's lock through an upgrade) were read
-  by DBOS's engine and the clients' probes but dropped by every tether store's connection, which
-  set ``options`` of its own: the guard held for DBOS's tables only. They are now passed, tether's
-  own settings (time zone, the URL's schema) after them.
+- a URL's own ``options`` (libpq's: ``?options=-c%20idle_in_transaction_session_timeout%3D60000``,
+  an operator's guard against a frozen worker holding a table's lock through an upgrade): tether
+  wrote the URL back with its spaces as ``+``, which libpq does not read as a space, so ``tether
+  db init`` and every client failed ("unrecognized configuration parameter"); and every store's
+  connection and the clients' probes (on a ``schema``) set ``options`` of their own, dropping the
+  operator's. They are now kept as written and passed everywhere, tether's own settings (time
+  zone, the URL's schema) after them.
+- a statement the server cut at the operator's bound (``statement_timeout``; ``lock_timeout``)
+  while it waited on a lock a frozen worker's transaction held was taken for a lost connection:
+  after three tries ``tether approvals approve`` ended "unexpected error: StoreUnavailable … report
+  it" (exit 7). It is a busy store now (``StoreHeld``: exit 6, ``store_busy``, nothing written,
+  run it again), as a SQLite file held past its busy timeout is. And a connection lost mid-command
+  (a failover, ``pg_terminate_backend`` during the upgrade's maintenance) is exit 6
+  (``store_unavailable``), saying a write whose commit outcome is unknown must be looked at before
+  the command is run again, not exit 7 and "report it".
+
+Not fixed, decided: a run paused inside a subagent on this release and rolled back to a release
+before subagent-named child ids (0fa6ae9a) starts its subagent afresh. Those releases look for the
+child only under the id without the subagent's name and start it when none is stored there; the
+only thing this release could write that they honour is a checkpoint under that id, which they
+would resume as the child (two checkpoints of one child, diverging) or, with another parent,
+refuse as ``run_id_taken`` (the parent's call failing for good). Neither is better than the
+documented limit; every release since 0fa6ae9a (the previous one included) finds the child.
 
 Played and held (``UPGRADE_FROM``, default ``793a39a3``): workers of the earlier release and of
 this one on one PostgreSQL queue whose database sets both of the above, runs submitted from either
@@ -145,7 +163,9 @@ def test_a_migration_longer_than_the_operators_statement_timeout_applies(timed_o
     try:
         assert db.migrate("round18", [("round18.001_slow_index", slow)]) == ["round18.001_slow_index"]
         tables = db.snapshot(
-            lambda conn: list(conn.exec_driver_sql("SELECT tablename FROM pg_tables WHERE tablename = 'later_index_built'"))
+            lambda conn: list(
+                conn.exec_driver_sql("SELECT tablename FROM pg_tables WHERE tablename = 'later_index_built'")
+            )
         )
         assert len(tables) == 1
     finally:
@@ -286,7 +306,9 @@ def test_identical_memory_records_proposed_at_once_are_stored_once_whatever_the_
 
     try:
         anyio.run(play)
-        rows = store.db.snapshot(lambda conn: conn.exec_driver_sql("SELECT count(*) FROM memory_records").scalar())
+        rows = store.db.snapshot(
+            lambda conn: conn.exec_driver_sql("SELECT count(*) FROM memory_records").scalar()
+        )
     finally:
         store.close()
     assert sorted(outcomes) == ["duplicate"] * 7 + ["stored"], outcomes
@@ -322,8 +344,6 @@ def test_a_urls_own_options_reach_every_store_connection(pg_url: str, capsys: An
     is set up through it (DBOS's engine, the probes and the stores read it alike; its spaces were
     written back as ``+``, which libpq does not read as a space), and both hold on a store's
     connection."""
-    import json
-
     from tether.cli import main
 
     guard = quote("-c idle_in_transaction_session_timeout=60000 -c lock_timeout=1234", safe="")
@@ -334,6 +354,14 @@ def test_a_urls_own_options_reach_every_store_connection(pg_url: str, capsys: An
     assert _show(url, "lock_timeout") == "1234ms"
     assert _show(url, "TimeZone") == "UTC"
     assert _show(url, "search_path") == pg_url.rpartition("schema=")[2]  # the schema still holds
+    from tether.durable._deploy import open_deployment
+
+    _, probe = open_deployment(url)  # ``tether submit``'s and ``tether runs``' own connection
+    try:
+        assert probe.execute("SHOW lock_timeout").fetchone()[0] == "1234ms"
+        assert probe.execute("SHOW search_path").fetchone()[0] == pg_url.rpartition("schema=")[2]
+    finally:
+        probe.close()
 
 
 # -- a fleet of two releases on one queue, on such a database --------------------------------------
@@ -359,7 +387,9 @@ def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture
 def operators_db(pg_dsn: str) -> Iterator[str]:
     """A database as an operator of a shared server sets it: queries bounded, reports isolated."""
-    yield from _database(pg_dsn, {"statement_timeout": "2s", "default_transaction_isolation": "repeatable read"})
+    yield from _database(
+        pg_dsn, {"statement_timeout": "2s", "default_transaction_isolation": "repeatable read"}
+    )
 
 
 @pytest.mark.slow
