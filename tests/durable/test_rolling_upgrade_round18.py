@@ -291,10 +291,11 @@ def test_identical_memory_records_proposed_at_once_are_stored_once_whatever_the_
 
     store = PgMemory(isolated_db, policy=_memory_policy())
     outcomes: list[str] = []
+    record = _record()  # one record, proposed eight times at once
 
     async def attempt() -> None:
         try:
-            outcomes.append((await store.propose(_record())).status)
+            outcomes.append((await store.propose(record)).status)
         except MemoryPolicyError as exc:
             outcomes.append(exc.reason)
 
