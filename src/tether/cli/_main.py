@@ -103,6 +103,16 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
         )
         code = EXIT_CODES["dependency_unavailable"]
         return fail(f"tether {args.command}", why, as_json=as_json, code=code, error="store_busy")
+    from tether.sql._postgres import StoreUnavailable
+
+    if isinstance(err, StoreUnavailable):  # no bug: the database went away mid-command
+        why = (
+            f"the database was lost mid-command: {err}. A write whose commit outcome is unknown may"
+            " or may not have been made: look (tether runs show, tether approvals list) before"
+            " running the command again"
+        )
+        code = EXIT_CODES["dependency_unavailable"]
+        return fail(f"tether {args.command}", why, as_json=as_json, code=code, error="store_unavailable")
     code = EXIT_CODES["internal_error"]
     return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
 

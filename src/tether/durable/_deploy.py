@@ -102,12 +102,13 @@ def _connect(
     import psycopg
 
     assert t.pg is not None, "connections are to PostgreSQL"
+    own = t.pg.params().get("options", "")  # the URL's, kept as the stores keep them
     return psycopg.connect(
         t.pg.with_database(database or t.database),
         autocommit=True,
         connect_timeout=max(1, int(timeout_s)),
         application_name="tether:client",
-        options=f"-c search_path={search_path}" if search_path else None,
+        options=f"{own} -c search_path={search_path}".strip() if search_path else None,
     )
 
 

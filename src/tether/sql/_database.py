@@ -35,7 +35,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql._journal import check_own_marks, refuse_later
-from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
+from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable
 from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
@@ -51,12 +51,9 @@ MIGRATION_LOCK_WAIT_S = 5.0
 MIGRATION_TRIES = 6
 
 
-class MigrationBusy(StoreUnavailable):
-    """A migration's DDL could not take its table's lock on any try: another session held the
-    table (a worker of any release inside a transaction, or one stopped in the middle of one).
-    Nothing of the migration was written; it may be run again as it is."""
-
-    reason = "store_busy"
+class MigrationBusy(StoreHeld):
+    """A migration's DDL could not take its table's lock on any try (another session held the
+    table: a worker of any release inside a transaction, or stopped in one); nothing written."""
 
 
 def _create(concern: str) -> Callable[[Connection], None]:
@@ -133,7 +130,7 @@ def busy(err: BaseException) -> bool:
     """Whether ``err`` says a store was held by another session (a SQLite file past its busy
     timeout, a PostgreSQL table a migration could not lock): no fault of the caller's, the
     transaction that waited wrote nothing, and the same operation may be asked again."""
-    return held(err) or isinstance(err, MigrationBusy)
+    return held(err) or isinstance(err, StoreHeld)
 
 
 def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
@@ -237,7 +234,8 @@ class Database:
         application_name: str | None = None,
     ) -> Database:
         pg = url if isinstance(url, PgUrl) else PgUrl.parse(url)
-        options = "-c TimeZone=UTC" + (f" -c search_path={pg.schema}" if pg.schema else "")
+        own = "-c TimeZone=UTC" + (f" -c search_path={pg.schema}" if pg.schema else "")
+        options = f"{pg.params().get('options', '')} {own}".strip()  # the URL's (DBOS reads them) first
         name = application_name or f"tether:{pg.schema or 'public'}"
         engine = create_engine(
             pg.sqlalchemy(),
@@ -245,6 +243,8 @@ class Database:
             max_overflow=0,
             pool_timeout=timeout_s,
             pool_pre_ping=True,
+            # Stores read what committed before each statement, whatever the role's default.
+            isolation_level="READ COMMITTED",
             connect_args={
                 "options": options,
                 "connect_timeout": max(1, int(timeout_s)),
@@ -409,8 +409,8 @@ class Database:
             try:
                 return self._pg_attempt(fn)
             except _Lost as lost:
-                if attempt == _RETRIES - 1:
-                    raise StoreUnavailable(f"{self._key}: {lost}") from None
+                if attempt == _RETRIES - 1:  # a statement the server cut at its bound: a wait, no loss
+                    raise (StoreHeld if lost.cut else StoreUnavailable)(f"{self._key}: {lost}") from None
         raise AssertionError("unreachable")
 
     def _named(self, err: StatementError | sqlite3.OperationalError) -> BaseException:
@@ -449,7 +449,7 @@ class Database:
                 if isinstance(err, DBAPIError) and (
                     err.connection_invalidated or isinstance(err.orig, psycopg.OperationalError)
                 ):
-                    raise _Lost(str(err.orig)) from None  # nothing was committed: run it again
+                    raise _Lost(str(err.orig), getattr(err.orig, "sqlstate", None) in CUT) from None
                 trans.rollback()
                 raise _unwrapped(err) from None
             except BaseException:
@@ -536,7 +536,11 @@ def _unwrapped(err: StatementError) -> BaseException:
 
 
 class _Lost(Exception):
-    """The connection died before the commit: nothing was written, the operation may run again."""
+    """The connection died (or a statement was ``cut``) before the commit: nothing was written."""
+
+    def __init__(self, message: str, cut: bool = False) -> None:
+        super().__init__(message)
+        self.cut = cut
 
 
 def _too_new(key: str, concern: str, steps: tuple[Migration, ...], applied: set[str]) -> None:
@@ -548,12 +552,10 @@ def _migrate(
     dialect: str, concern: str, steps: tuple[Migration, ...], key: str, conn: Connection
 ) -> list[str]:
     if dialect == "postgresql":
-        # Every wait of a migration is bounded, the migrators' own lock's too: a DDL statement
-        # queued for its table's lock behind a worker's transaction holds up every later statement
-        # on that table (every worker's heartbeat), and a migrator stopped while it holds the
-        # migration lock (a ``tether db init`` suspended with Ctrl-Z, a frozen container) held up
-        # every later migrator, every worker's start, without a word. Each lets go instead.
+        # Every wait is bounded (a DDL queued behind a transaction holds up every heartbeat, a
+        # suspended migrator every start), not by a ``statement_timeout`` (it cut a long DDL).
         conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
         _locked(conn, MIGRATION_LOCK, functools.partial(conn.execute, _TAKE_LOCK))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))

@@ -10,7 +10,7 @@ import getpass
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from tether.errors import ConfigError, TetherError
 
@@ -24,6 +24,19 @@ _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 class StoreUnavailable(TetherError):
     """The database could not be reached, or a commit's outcome is unknown (connection lost)."""
+
+
+# What the server says of a statement it cut at a bound (``statement_timeout``, an operator's
+# cancel; ``lock_timeout``): the session lives, its transaction is rolled back.
+CUT = frozenset({"57014", "55P03"})
+
+
+class StoreHeld(StoreUnavailable):
+    """A statement cut at the server's bound on every try (``statement_timeout``, ``lock_timeout``:
+    it waited on a lock another session held, a worker of any release inside a transaction):
+    nothing was written, and the same operation may be asked again once that session is done."""
+
+    reason = "store_busy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +64,7 @@ class PgUrl:
         schema = next((v for k, v in query if k == "schema"), None)
         if schema is not None and not _SCHEMA.match(schema):
             raise ConfigError(f"schema {schema!r} must be a lowercase identifier")
-        rest = urlencode([(k, v) for k, v in query if k != "schema"])
+        rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)  # libpq: no "+"
         # Written out, not by urlunsplit: that drops the '//' of an empty host part
         # ('postgresql:///db?host=/run/postgresql'), which libpq then cannot read.
         conninfo = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
