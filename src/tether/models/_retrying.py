@@ -22,7 +22,11 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   An attempt cut before its server reported any usage, after it streamed answer (readers count
   each piece, ``streamed``), is counted by estimate (flagged ``estimated``).
   A call cancelled from outside (the run's deadline, a cancelled task) raises neither: what its
-  attempts were billed goes to the caller's ``Unsettled`` (``Unsettled.collecting``), if any.
+  attempts were billed, and the retries they took, go to the caller's ``Unsettled``
+  (``Unsettled.collecting``), if any, which the run traces.
+- An attempt that streamed pieces of its answer to ``on_delta`` and then failed is followed by
+  ``on_delta("discard", why)``: the pieces since were no answer (the next attempt's, or the next
+  model's, begin again).
 """
 
 from __future__ import annotations
