@@ -276,11 +276,18 @@ def model_fallbacks(model: Any) -> list[dict[str, str]]:
     not hidden behind the backup that answered."""
     import os
 
-    named = {getattr(b, "name", None): b for b in getattr(model, "models", ())}
+    chain = list(getattr(model, "models", ()))
     found: list[dict[str, str]] = []
-    for switch in getattr(model, "switches", ()):
+    for at, switch in enumerate(getattr(model, "switches", ())):
         entry = {k: str(switch.get(k, "")) for k in ("model", "error", "to")}
-        var = getattr(named.get(switch.get("model")), "api_key_env", None)
+        # The model that failed by its place in the chain (the k-th switch leaves the k-th model),
+        # not by its name: a chain may fall back to the same name on another provider, whose
+        # key variable is another (before: the last model of that name's was named).
+        failed, to = (chain[at], chain[at + 1]) if at + 1 < len(chain) else (None, None)
+        for key, of in (("provider", failed), ("to_provider", to)):
+            if isinstance(provider := getattr(of, "provider", None), str):
+                entry[key] = provider
+        var = getattr(failed, "api_key_env", None)
         if var and _AUTH.search(entry["error"]):
             state = "is not set" if not os.environ.get(var) else "holds a key the server refused"
             entry["fix"] = (
@@ -288,6 +295,11 @@ def model_fallbacks(model: Any) -> list[dict[str, str]]:
             )
         found.append(entry)
     return found
+
+
+def _on(model: str, provider: str | None) -> str:
+    """A model of a fallback chain as a line names it: with its provider where it has one."""
+    return f"{model} ({provider})" if provider else model
 
 
 # What a refused credential looks like in a failure's detail (HTTP 401/403 or the error's words).
@@ -363,7 +375,10 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     for hint in payload.get("hints", ()):
         print(safe(f"hint: {hint}"))
     for f in payload.get("model_fallbacks", ()):
-        print(safe(f"warning: model {f['model']} failed, the run moved to {f['to']}: {f['error'][:300]}"))
+        at, to = f["model"], f["to"]
+        if at == to:  # the same name on another provider or endpoint: which is which
+            at, to = _on(at, f.get("provider")), _on(to, f.get("to_provider"))
+        print(safe(f"warning: model {at} failed, the run moved to {to}: {f['error'][:300]}"))
         if f.get("fix"):
             print(safe(f"  fix: {f['fix']}"))
     for tool_name, text in show_results or ():

@@ -45,7 +45,7 @@ from tether.models._base import (
 )
 from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
-from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
+from tether.models._failures import Failures, Reported, is_error, unusable
 from tether.models._json import written
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, billed
@@ -66,7 +66,9 @@ __all__ = [
     "arguments_text",
 ]
 
-DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "tool_call", piece)
+# (kind: "text" | "reasoning" | "tool_call", piece); ("discard", why): the pieces since the last
+# "discard" were an attempt's that failed, no answer (``_retrying.RetryingBackend._discard``).
+DeltaCallback = Callable[[str, str], None]
 # "openai" and "anthropic" name the SDK of the backend that speaks through it: the same as "sdk".
 Transport = Literal["http", "sdk", "openai", "anthropic"]
 SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
@@ -470,9 +472,7 @@ class HTTPBackend(RetryingBackend):
                 raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
             return self._whole(data)
         except Reported as err:  # an error in a 2xx answer waits as the answer's headers say
-            if err.retry_after is None:
-                err.retry_after = retry_after(response.headers)
-            raise
+            raise self.failures.again(err, response.headers) from None
         except httpx2.RequestError as err:
             raise self.failures.transport(err, "while the answer was read") from None
         except (AttributeError, TypeError, LookupError, ValueError, ArithmeticError, RecursionError) as err:

@@ -84,7 +84,10 @@ _TAGS = re.compile(r"<[^>]+>")
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
     """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds, or an
-    HTTP date: the time until it, 0 when it has passed); None when neither says one."""
+    HTTP date: the time until it, 0 when it has passed); None when neither says one. A header
+    sent twice (a proxy that adds its own beside the server's: the client joins them, ``5, 30``)
+    waits the longest of the numbers it holds: before, the joined text was no number, the wait
+    was lost, and the rate-limited server was asked again at once."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
@@ -92,10 +95,26 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / scale
         except ValueError:
-            seconds = _until(value) if scale == 1.0 else -1.0
+            seconds = _joined(value, scale)
         if seconds >= 0:
             return seconds
     return None
+
+
+def _joined(value: str, scale: float) -> float:
+    """A ``retry-after`` that is no single number: the longest of the numbers a header sent
+    more than once holds, else (``retry-after`` only) the time until its HTTP date; -1 when it
+    says none."""
+    waits: list[float] = []
+    for part in value.split(","):
+        try:
+            waits.append(float(part) / scale)
+        except ValueError:
+            break
+    else:
+        if valid := [w for w in waits if w >= 0]:  # NaN and negatives say no wait
+            return max(valid)
+    return _until(value) if scale == 1.0 else -1.0
 
 
 def _until(date: str) -> float:
@@ -245,6 +264,19 @@ class Failures:
             return ModelError(f"{self.label}: {why}")
         overloaded = "overloaded" in (kind or "")
         return Reported("overloaded" if overloaded else "server_error", why)
+
+    def again(self, err: Reported, headers: Mapping[str, str]) -> Exception:
+        """An error reported inside a 2xx answer (its body, or an event of its stream), as the
+        answer's headers say: it waits their ``retry-after``, as an error status does, and an
+        ``x-should-retry: false`` makes it final, as it makes a 5xx or 429 (before, the header
+        was read on error statuses only: a proxy or gateway that answers 200 with an error and
+        says not to retry was asked again until the retries were spent)."""
+        if str(headers.get("x-should-retry", "")).strip().lower() == "false":
+            why = "x-should-retry: false: the server says not to try again"
+            return ModelError(f"{self.label}: {err.kind}: {err} ({why})")
+        if err.retry_after is None:
+            err.retry_after = retry_after(headers)
+        return err
 
     def encoding(self, response: Any) -> ModelError | None:
         """The error for an answer compressed in a coding the client did not offer (``br``,

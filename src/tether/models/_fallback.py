@@ -65,10 +65,11 @@ class FallbackModel:
             try:
                 response = await model.complete(request)
             except anyio.get_cancelled_exc_class():  # cut from outside: what the failed models cost
-                unsettled(spent, cost)
+                taken = [{**r, "model": f["model"]} for f in failed for r in f.get("retries", ())]
+                unsettled(spent, cost, taken, failed)
                 raise
             except ModelError as err:
-                failed.append({"model": model.name, "error": str(err)[:500]})
+                failed.append({**_named(model), "error": str(err)[:500]})
                 if err.retries:  # the waits taken on it, traced with the switch
                     failed[-1]["retries"] = err.retries
                 if isinstance(err.usage, Usage):
@@ -81,7 +82,10 @@ class FallbackModel:
                         f"every model failed: {tried}", usage=usage, cost_usd=cost, retries=taken
                     ) from None
                 self.active += 1
-                self.switches.append({**failed[-1], "to": self.models[self.active].name})
+                # The k-th switch is always from the k-th model (``active`` only moves forward):
+                # what the run reports of it reads the model, its provider and key, by that place.
+                left = {k: v for k, v in failed[-1].items() if k != "provider"}
+                self.switches.append({**left, "to": self.models[self.active].name})
                 continue
             if failed:
                 response.meta["fallback_from"] = failed
@@ -98,3 +102,14 @@ class FallbackModel:
             close = getattr(model, "aclose", None)
             if close is not None:
                 await close()
+
+
+def _named(model: Model) -> dict[str, Any]:
+    """How the trace names a model of the chain: its name, and the provider it speaks to where
+    it has one (a chain falls back to the same model name on another provider or endpoint:
+    before, both were ``m-1``, and the switch did not say which failed)."""
+    named: dict[str, Any] = {"model": model.name}
+    provider = getattr(model, "provider", None)
+    if isinstance(provider, str):
+        named["provider"] = provider
+    return named

@@ -22,13 +22,17 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   An attempt cut before its server reported any usage, after it streamed answer (readers count
   each piece, ``streamed``), is counted by estimate (flagged ``estimated``).
   A call cancelled from outside (the run's deadline, a cancelled task) raises neither: what its
-  attempts were billed goes to the caller's ``Unsettled`` (``Unsettled.collecting``), if any.
+  attempts were billed, and the retries they took, go to the caller's ``Unsettled``
+  (``Unsettled.collecting``), if any, which the run traces.
+- An attempt that streamed pieces of its answer to ``on_delta`` and then failed is followed by
+  ``on_delta("discard", why)``: the pieces since were no answer (the next attempt's, or the next
+  model's, begin again).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -96,11 +100,39 @@ class Unsettled:
     counts budgets collects it around a call (``collecting``) and counts it when the call was
     cancelled; the models report into it (``unsettled``)."""
 
-    __slots__ = ("cost_usd", "usage")
+    __slots__ = ("cost_usd", "fallback_from", "retries", "usage")
 
     def __init__(self) -> None:
         self.usage = Usage()
         self.cost_usd = 0.0
+        # What the cut call had already met, for the trace: the retries its attempts took (each
+        # with its model) and the models of a chain that failed before it.
+        self.retries: list[dict[str, Any]] = []
+        self.fallback_from: list[dict[str, Any]] = []
+
+    def event(self, by: str) -> dict[str, Any] | None:
+        """The ``model_error`` event's fields for a call cut by ``by``: what it was billed, the
+        retries it took and the models it left; None when it met none of them. Before, only
+        what was billed was traced: a call that retried 429s until the deadline cut it left no
+        trace of them, the run ending ``deadline`` as if the model had been slow."""
+        billed = bool(self.usage.total_tokens or self.cost_usd)
+        met = [f"{len(self.retries)} retries ({', '.join(dict.fromkeys(r['kind'] for r in self.retries))})"]
+        met = met if self.retries else []
+        met += [f"{len(self.fallback_from)} failed model(s)"] if self.fallback_from else []
+        met += ["the provider billed it"] if billed else []
+        if not met:
+            return None
+        said: dict[str, Any] = {"error": f"the model call was cut by {by} after {' and '.join(met)}"}
+        if self.retries:
+            said["retries"] = self.retries
+        if self.fallback_from:
+            said["fallback_from"] = self.fallback_from
+        if billed:
+            u = self.usage
+            said.update(
+                prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, cost_usd=self.cost_usd
+            )
+        return said
 
     def collecting(self) -> _Collecting:
         """Collect what the calls made inside (in this task and the tasks it starts) leave
@@ -127,12 +159,22 @@ class _Collecting:
 _UNSETTLED: ContextVar[Unsettled | None] = ContextVar("tether_model_unsettled", default=None)
 
 
-def unsettled(usage: Usage, cost_usd: float) -> None:
-    """A call cancelled from outside was billed ``usage`` (costing ``cost_usd``): handed to the
-    caller's ``Unsettled``; with none collecting, nothing."""
+def unsettled(
+    usage: Usage,
+    cost_usd: float,
+    retries: Sequence[dict[str, Any]] = (),
+    fallback_from: Sequence[dict[str, Any]] = (),
+) -> None:
+    """A call cancelled from outside was billed ``usage`` (costing ``cost_usd``), after taking
+    ``retries`` and leaving the models ``fallback_from``: handed to the caller's ``Unsettled``;
+    with none collecting, nothing."""
     sink = _UNSETTLED.get()
-    if sink is not None and (usage.total_tokens or cost_usd):
+    if sink is None:
+        return
+    if usage.total_tokens or cost_usd:
         sink.usage, sink.cost_usd = sink.usage + usage, sink.cost_usd + cost_usd
+    sink.retries.extend(retries)
+    sink.fallback_from.extend(fallback_from)
 
 
 def streamed(piece: object) -> None:
@@ -239,6 +281,7 @@ class RetryingBackend(ABC):
                 except Retryable as caught:
                     err = caught
                 except ModelError as final:
+                    self._discard(tally, "the call failed")
                     raise self._failed(self._scrub(str(final)), spent, tally, taken) from None
                 finally:
                     _ATTEMPT.reset(held)
@@ -246,13 +289,16 @@ class RetryingBackend(ABC):
                 too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
                 if len(taken) >= retry.max_retries or too_long:
                     why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
+                    self._discard(tally, f"{err.kind}: the call failed")
                     raise self._failed(f"{said} ({why})", spent, tally, taken) from None
                 delay = retry.delay(len(taken), err.retry_after, self._rand())
                 if (left := anyio.current_effective_deadline() - anyio.current_time()) <= delay:
                     # Sleeping would only end the run at its deadline, the cause unsaid.
                     wait = "Retry-After" if err.retry_after is not None else "backoff"
                     why = f"{wait} of {delay:g}s would pass the deadline, {max(left, 0):.3g}s away"
+                    self._discard(tally, f"{err.kind}: the call failed")
                     raise self._failed(f"{said} ({why})", spent, tally, taken) from None
+                self._discard(tally, f"{err.kind}: asked again")
                 if (now := tally.billed()) is not None:
                     spent.append(now)
                 tally = None
@@ -260,7 +306,7 @@ class RetryingBackend(ABC):
                 await self._sleep(delay)
         except anyio.get_cancelled_exc_class():  # cut from outside: no answer, no ModelError
             cut = _so_far(spent, tally)
-            unsettled(cut, self._spent_cost(cut))
+            unsettled(cut, self._spent_cost(cut), [{**r, "model": self.model} for r in taken])
             raise
         finally:
             self.retries.extend(taken)
@@ -269,6 +315,16 @@ class RetryingBackend(ABC):
         if settle is not None:
             response = settle(response)
         return self._with_spent(response, spent)
+
+    def _discard(self, tally: _Tally, why: str) -> None:
+        """An attempt that streamed pieces of its answer to ``on_delta`` (shown as they came)
+        failed: ``on_delta("discard", why)`` says they are no answer, so a reader that shows them
+        can say so before the next attempt's (or the next model's) pieces come. Before, nothing
+        did: a stream cut after ``Order`` and answered again showed ``Order Order 742 is open``,
+        the lost attempt's words read as the answer's."""
+        on_delta = getattr(self, "on_delta", None)
+        if tally.said and on_delta is not None:
+            on_delta("discard", why)
 
     def _spent_cost(self, usage: Usage) -> float:
         return self.price.cost(usage) if self.price is not None else 0.0

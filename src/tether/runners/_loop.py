@@ -311,21 +311,16 @@ class AgentLoop:
         }
 
     def _count_unsettled(self, bill: Unsettled) -> None:
-        """What a call cut from outside (the run's deadline, an interrupt) was billed, counted against the
-        run's budgets and traced (``model_error``, with the counts)."""
-        if not bill.usage.total_tokens and not bill.cost_usd:
-            return
-        s, usage = self.state, bill.usage
-        s.usage, s.cost_usd = s.usage + usage, s.cost_usd + bill.cost_usd
+        """What a call cut from outside (the run's deadline, an interrupt) was billed, counted
+        against the run's budgets, and what it met before the cut (its retries, the models of a
+        chain that failed), traced: ``model_error`` (``Unsettled.event``)."""
         interrupt = current_interrupt()
         by = f"an interrupt ({interrupt.why})" if interrupt and interrupt.why else "the run's deadline"
-        self.tracer.emit(
-            EventKind.MODEL_ERROR,
-            error=f"the model call was cut by {by} after the provider billed it",
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cost_usd=bill.cost_usd,
-        )
+        if (said := bill.event(by)) is None:
+            return
+        s = self.state
+        s.usage, s.cost_usd = s.usage + bill.usage, s.cost_usd + bill.cost_usd
+        self.tracer.emit(EventKind.MODEL_ERROR, **said)
 
     def _too_many_calls(self, message: AssistantMessage) -> StopRun:
         """The stop for a turn that asks for more tool calls than ``Limits.max_calls_per_turn``:

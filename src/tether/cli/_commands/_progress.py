@@ -20,10 +20,20 @@ def progress_wanted(as_json: bool) -> bool:
 
 
 def show_text(kind: str, piece: str) -> None:
-    """A streamed answer's text as it arrives, on stderr (a model's ``on_delta``)."""
-    if kind == "text":
+    """A streamed answer's text as it arrives, on stderr (a model's ``on_delta``); text an
+    attempt that then failed streamed is marked as no answer where the next attempt's begins
+    (``discard``), so the two are not read as one."""
+    if kind == "text" and piece:
+        _SHOWN[0] = True
         sys.stderr.write(piece)
         sys.stderr.flush()
+    elif kind == "discard" and _SHOWN[0]:
+        _SHOWN[0] = False
+        sys.stderr.write(f"\n[the text above is no answer: {piece}]\n")
+        sys.stderr.flush()
+
+
+_SHOWN = [False]  # whether ``show_text`` wrote text since the last discard
 
 
 class _Fields(dict[str, Any]):
