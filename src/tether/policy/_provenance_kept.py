@@ -1,0 +1,58 @@
+"""Numbers a store makes of what it keeps: a phone book that keeps numbers as E.164 (``+…``
+and digits only, a vanity number's letters read as its keypad's digits), an account field
+that keeps only an account's digits. What a write gives in a form no number is to the judge
+(``find_numbers``: groups of digits parted by ``:``, ``=``, ``#``, ``;``, ``|``, ``ー``; a
+number spelled partly in capitals, ``1-800-FLOWERS``) is read back by the next run, from the
+store the deployment trusts, as a number the store vouches for (``provenance_flow.party_handles``
+judges what this module finds)."""
+
+from __future__ import annotations
+
+import re
+
+from tether.policy._provenance_values import PARTY_DIGITS, undated, unfold
+
+__all__ = ["kept_numbers", "keypad"]
+
+# Digit groups parted by marks that are no letter (``000:123:456:789``, ``000 = 123 = 456``), or
+# by the long-vowel mark a Japanese number is printed with (``03ー1234ー5678``); not run on from
+# a word, nor a time of day (blanked first: ``10:30-12:45``).
+_GROUPED = re.compile(r"(?<![\w.])\+?\d+(?:[^\S\n]*(?:[^\w\s]|_|\u30fc|\uff70)+[^\S\n]*\d+)+(?![^\W\d_])")
+_TIME = re.compile(r"(?<![\d:])\d{1,2}:\d\d(?::\d\d)?(?![\d:])")
+# A number some of whose groups are written in capitals, as a phone's keypad spells them
+# (``1-800-FLOWERS``, ``+44 800 BIG BANK``): digits first, a group of three capitals or more.
+_VANITY = re.compile(r"(?<![\w+])\+?\d[\d().\- ]*(?:[A-Z]{2,}[\d().\- ]*)+(?![\w])")
+_KEYPAD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "22233344455566677778889999")
+_OPENING_DIGITS = 3  # the digits a vanity number opens with, at least (``1-800``, ``0800``)
+
+
+def keypad(text: str) -> str:
+    """``text`` with its capitals as a phone's keypad reads them (``FLOWERS``: ``3569377``)."""
+    return text.translate(_KEYPAD)
+
+
+def kept_numbers(value: str) -> list[str]:
+    """What in ``value`` a store that keeps numbers as their digits keeps as a number of
+    ``PARTY_DIGITS`` or more that no other reader sees: digit groups parted by marks
+    (``_GROUPED``) and vanity numbers (``_VANITY``), each as written (folded as
+    ``find_numbers`` reads text); the days and times beside them blanked."""
+    text = _TIME.sub(lambda m: " " * len(m.group(0)), undated(unfold(value, fold_case=False)))
+    out: list[str] = []
+    for m in _GROUPED.finditer(text):
+        raw = m.group(0).strip()
+        if len(_digits(raw)) >= PARTY_DIGITS and raw not in out:
+            out.append(raw)
+    for m in _VANITY.finditer(text):
+        raw = m.group(0).strip(" -.(")
+        opening = re.match(r"\+?[\d().\- ]*", raw)
+        if opening is None or len(_digits(opening.group(0))) < _OPENING_DIGITS:
+            continue
+        if not re.search(r"[A-Z]{3}", raw) or len(_digits(keypad(raw))) < PARTY_DIGITS:
+            continue
+        if raw not in out:
+            out.append(raw)
+    return out
+
+
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
