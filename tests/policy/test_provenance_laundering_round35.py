@@ -128,9 +128,10 @@ class Digits(Domestic):
         name: Annotated[str, Field(description="File name.")],
         content: Annotated[str, Field(description="Text to append.")],
     ) -> str:
-        """Append text to a file; a number printed in groups is kept as its digits."""
-        joined = re.sub(r"\d+(?:[^\w\n]*(?:[^\w\s]|ー)[^\w\n]*\d+)+", lambda m: re.sub(r"\D", "", m[0]), content)
-        self.files[name] = self.files.get(name, "") + joined
+        """Append text to a file; a number printed in groups is kept as its digits (what the
+        file held before and what is appended read as one)."""
+        text = self.files.get(name, "") + content
+        self.files[name] = re.sub(r"\d+(?:[^\w\n]*(?:[^\w\s]|ー)[^\w\n]*\d+)+", lambda m: re.sub(r"\D", "", m[0]), text)
         return "appended"
 
 
@@ -171,6 +172,36 @@ async def test_the_listings_and_the_users_account_in_groups_is_still_kept_and_pa
     assert paid == [] and world.received == [("transfer", {"recipient": account, "amount": "200.00"})]
 
 
+# -- the same number kept in pieces, one a run -----------------------------------------------------
+
+
+@pytest.mark.parametrize("mark", [":", "=", "ー"])
+@pytest.mark.parametrize("cut", [(3, 6, 9), (2, 5, 9)], ids=["three-three", "two-four"])
+async def test_an_account_kept_in_pieces_in_groups_one_a_run_is_not_kept(mark: str, cut: tuple[int, ...]) -> None:
+    # One run keeps ``Deposit 000:123`` (closing with three digits: no piece to the judge), the
+    # next ``:456:789`` (opening with a mark: no digits to the judge). Before: the notes kept
+    # ``Deposit 000123456789`` and the third run paid it.
+    a, b, c = cut
+    first, second = f"Deposit {ACCOUNT[:a]}{mark}{ACCOUNT[a:b]}", f"{mark}{ACCOUNT[b:c]}{mark}{ACCOUNT[c:]}"
+    world = Digits()
+    kept = [await _one_run(world, REQUEST, *READ, call("append_file", name="Paris", content=piece)) for piece in (first, second)]
+    pay = call("transfer", recipient=ACCOUNT, amount="200.00")
+    paid = await _one_run(world, PAY_FROM_NOTES, call("read_file", name="Paris"), pay)
+    assert any("untrusted_handle" in k for k in kept) and ACCOUNT not in world.files.get("Paris", "")
+    assert paid == ["untrusted_origin"] and world.received == []
+
+
+@pytest.mark.parametrize("mark", [":", "="])
+async def test_the_listings_account_kept_in_pieces_in_groups_is_still_paid(mark: str) -> None:
+    world = Digits()
+    pieces = (f"Deposit {LISTED[:3]}{mark}{LISTED[3:6]}", f"{mark}{LISTED[6:9]}{mark}{LISTED[9:]}")
+    kept = [await _one_run(world, REQUEST, *READ, call("append_file", name="Paris", content=p)) for p in pieces]
+    pay = call("transfer", recipient=LISTED, amount="200.00")
+    paid = await _one_run(world, PAY_FROM_NOTES, call("read_file", name="Paris"), pay)
+    assert kept == [[], []] and world.files["Paris"] == f"Deposit {LISTED}"
+    assert paid == [] and world.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
+
+
 @pytest.mark.parametrize(
     "note",
     [
@@ -179,6 +210,9 @@ async def test_the_listings_and_the_users_account_in_groups_is_still_kept_and_pa
         "Breakfast 07:30-10:30, dinner 19:00-22:30",
         "Booking 2024 PARIS GRAND 15",
         "Check-in 2024-05-12 / check-out 2024-05-14",
+        "Lunch 12:30",
+        "Breakfast from 7:30",
+        "Deposit: 200,00 EUR",
     ],
 )
 async def test_notes_of_ratings_rooms_and_hours_are_still_kept(note: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_decoding import decoded, decoded_forms
-from tether.policy._provenance_kept import keypad, kept_numbers
+from tether.policy._provenance_kept import as_grouped, keypad, kept_numbers
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
@@ -303,7 +303,7 @@ def edge_fragments(value: str) -> list[str]:
     run's pieces), so an injected account appended one piece a run, or appended to the piece a
     read of the notes showed, is read back whole as the notes' own. Whatever the cut, the piece
     after it opens with digits. Judged where it came from like a number (``handle_origins``)."""
-    text = undated(unfold(value, fold_case=False))
+    text = as_grouped(undated(unfold(value, fold_case=False)))  # ``:123``: the store's ``123``
     head = _RUN.match(text[:_EDGE_CHARS])
     raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
@@ -318,7 +318,7 @@ def closing_fragment(value: str) -> str:
     with), of ``FRAGMENT_DIGITS`` or more, else "": a store may put what it already holds after
     it (a store that prepends; a find-and-replace writing ``Deposit 000123`` over the
     ``Deposit `` of ``Deposit 456789``, or taking the word out of ``000123 NOTE456789``)."""
-    text = undated(unfold(value, fold_case=False))
+    text = as_grouped(undated(unfold(value, fold_case=False)))  # ``000:123``: the store's ``000123``
     tail = _TAIL.search(text[-_EDGE_CHARS:])
     raw = _CENTS_AT_END.sub("", " ".join(tail.group(0).split()).strip(_EDGE_MARKS)) if tail else ""
     return raw if len(_digits(raw)) >= FRAGMENT_DIGITS else ""

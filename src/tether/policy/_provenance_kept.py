@@ -12,7 +12,7 @@ import re
 
 from tether.policy._provenance_values import PARTY_DIGITS, undated, unfold
 
-__all__ = ["kept_numbers", "keypad"]
+__all__ = ["as_grouped", "kept_numbers", "keypad"]
 
 # Digit groups parted by marks that are no letter (``000:123:456:789``, ``000 = 123 = 456``), or
 # by the long-vowel mark a Japanese number is printed with (``03ー1234ー5678``); not run on from
@@ -24,6 +24,20 @@ _TIME = re.compile(r"(?<![\d:])\d{1,2}:\d\d(?::\d\d)?(?![\d:])")
 _VANITY = re.compile(r"(?<![\w+])\+?\d[\d().\- ]*(?:[A-Z]{2,}[\d().\- ]*)+(?![\w])")
 _KEYPAD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "22233344455566677778889999")
 _OPENING_DIGITS = 3  # the digits a vanity number opens with, at least (``1-800``, ``0800``)
+
+
+# The marks such a store drops between a number's groups that no reader of numbers reads as one
+# (``find_numbers`` reads spaces, dots, dashes, slashes, brackets; a comma that groups thousands).
+_KEPT_MARK = r"(?:[:;=#|*~\\\u30fc\uff70])"
+_TOUCHING = re.compile(rf"(?<=\d)[^\S\n]*{_KEPT_MARK}+[^\S\n]*|[^\S\n]*{_KEPT_MARK}+[^\S\n]*(?=\d)")
+
+
+def as_grouped(text: str) -> str:
+    """``text`` with a time of day blanked and each run of the marks a store that keeps numbers
+    as digits drops (``_KEPT_MARK``) beside a digit read as a dash: the digits a piece opens or
+    closes with (``edge_fragments``) are then those the store joins with what it holds
+    (``Deposit 000:123`` kept by one run, ``:456:789`` by the next, kept as ``000123456789``)."""
+    return _TOUCHING.sub("-", _TIME.sub(lambda m: " " * len(m.group(0)), text))
 
 
 def keypad(text: str) -> str:
