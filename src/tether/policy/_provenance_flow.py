@@ -14,7 +14,7 @@ from typing import Any
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_decoding import decoded, decoded_forms
-from tether.policy._provenance_kept import as_grouped, keypad, kept_numbers
+from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
@@ -352,7 +352,9 @@ def _kept_as_numbers(
         digits = _digits(keypad(raw))
         if any(digits in d for d in held):
             continue
-        origins = [o for o in (*handle_origins(index, raw), *handle_origins(index, digits)) if o.kind != "nowhere"]
+        origins = [
+            o for o in (*handle_origins(index, raw), *handle_origins(index, digits)) if o.kind != "nowhere"
+        ]
         if origins:
             out.append((raw, origins))
     return out

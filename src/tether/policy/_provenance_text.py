@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.core._confusables import skeleton
-from tether.policy._provenance_kept import keypad, kept_numbers
+from tether.policy._provenance_kept import kept_numbers, keypad
 from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise, one_space
 from tether.policy._provenance_values import (
     LOCAL_MARKS,
