@@ -303,7 +303,7 @@ def edge_fragments(value: str) -> list[str]:
     run's pieces), so an injected account appended one piece a run, or appended to the piece a
     read of the notes showed, is read back whole as the notes' own. Whatever the cut, the piece
     after it opens with digits. Judged where it came from like a number (``handle_origins``)."""
-    text = as_grouped(undated(unfold(value, fold_case=False)))  # ``:123``: the store's ``123``
+    text = undated(unfold(value, fold_case=False))
     head = _RUN.match(text[:_EDGE_CHARS])
     raw = _CENTS_AT_END.sub("", " ".join(head.group(0).split()).strip(_EDGE_MARKS)) if head else ""
     return [raw] if len(_digits(raw)) >= FRAGMENT_DIGITS else []
@@ -318,7 +318,7 @@ def closing_fragment(value: str) -> str:
     with), of ``FRAGMENT_DIGITS`` or more, else "": a store may put what it already holds after
     it (a store that prepends; a find-and-replace writing ``Deposit 000123`` over the
     ``Deposit `` of ``Deposit 456789``, or taking the word out of ``000123 NOTE456789``)."""
-    text = as_grouped(undated(unfold(value, fold_case=False)))  # ``000:123``: the store's ``000123``
+    text = undated(unfold(value, fold_case=False))
     tail = _TAIL.search(text[-_EDGE_CHARS:])
     raw = _CENTS_AT_END.sub("", " ".join(tail.group(0).split()).strip(_EDGE_MARKS)) if tail else ""
     return raw if len(_digits(raw)) >= FRAGMENT_DIGITS else ""
@@ -345,13 +345,20 @@ def _kept_as_numbers(
     """What the forms of a write make as a store that keeps numbers as their digits keeps them
     (``kept_numbers``: ``000:123:456:789``, ``800-FLOWERS``) but a number already judged, each
     with the origins of it as written and of the number it makes (``handle_origins``): judged
-    where the request or a result holds either. One traced nowhere is left alone: ratings and
-    room numbers listed (``4, 5, 3, 5, 4, 5, 5, 4``) name no party the run read anywhere."""
+    where the request or a result holds either; so are the digits a piece opens or closes with
+    as the store joins them (``as_grouped``). One traced nowhere is left alone: ratings and room
+    numbers listed (``4, 5, 3, 5, 4, 5, 5, 4``) name no party the run read anywhere."""
     out: list[tuple[str, list[Origin]]] = []
-    for raw in dict.fromkeys(n for f in forms for n in kept_numbers(f)):
+    # The digits a piece opens or closes with as that store joins them with what it holds
+    # (``Deposit 000:123`` kept by one run, ``:456:789`` by the next): ``edge_fragments``.
+    grouped = [as_grouped(unfold(f, fold_case=False)) for f in forms]
+    edges = [e for g in grouped for e in (*edge_fragments(g), closing_fragment(g)) if e]
+    seen = [*held, *(_digits(e) for f in forms for e in (*edge_fragments(f), closing_fragment(f)) if e)]
+    for raw in dict.fromkeys([*(n for f in forms for n in kept_numbers(f)), *edges]):
         digits = _digits(keypad(raw))
-        if any(digits in d for d in held):
+        if any(digits in d for d in seen):
             continue
+        seen.append(digits)
         origins = [
             o for o in (*handle_origins(index, raw), *handle_origins(index, digits)) if o.kind != "nowhere"
         ]

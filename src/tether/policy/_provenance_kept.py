@@ -29,15 +29,21 @@ _OPENING_DIGITS = 3  # the digits a vanity number opens with, at least (``1-800`
 # The marks such a store drops between a number's groups that no reader of numbers reads as one
 # (``find_numbers`` reads spaces, dots, dashes, slashes, brackets; a comma that groups thousands).
 _KEPT_MARK = r"(?:[:;=#|*~\\\u30fc\uff70])"
-_TOUCHING = re.compile(rf"(?<=\d)[^\S\n]*{_KEPT_MARK}+[^\S\n]*|[^\S\n]*{_KEPT_MARK}+[^\S\n]*(?=\d)")
+_KEPT_GAP = re.compile(rf"[^\S\n]*{_KEPT_MARK}+[^\S\n]*")
+# A run of digit groups with such marks between them, before or after them.
+_RUN = re.compile(rf"(?:{_KEPT_MARK}+[^\S\n]*)?\d+(?:[^\S\n]*[^\w\s]+[^\S\n]*\d+)*(?:[^\S\n]*{_KEPT_MARK}+)?")
+# A figure with a fraction (``4.5``, ``200,00``): a rating or a sum, no group of a number.
+_DECIMAL = re.compile(r"(?<![\d.,])\d+[.,]\d{1,2}(?![\d.,]?\d)")
 
 
 def as_grouped(text: str) -> str:
-    """``text`` with a time of day blanked and each run of the marks a store that keeps numbers
-    as digits drops (``_KEPT_MARK``) beside a digit read as a dash: the digits a piece opens or
-    closes with (``edge_fragments``) are then those the store joins with what it holds
-    (``Deposit 000:123`` kept by one run, ``:456:789`` by the next, kept as ``000123456789``)."""
-    return _TOUCHING.sub("-", _TIME.sub(lambda m: " " * len(m.group(0)), text))
+    """``text`` as a store that keeps numbers as their digits joins them, for the digits a piece
+    opens or closes with (``edge_fragments``): a time of day blanked, and the marks it drops
+    (``_KEPT_MARK``) in and around a run of whole digit groups read as a dash (``Deposit
+    000:123`` kept by one run, ``:456:789`` by the next, kept as ``000123456789``). A run with a
+    fraction in it (ratings ``4.5; 4.7``) is left as it is."""
+    blanked = _TIME.sub(lambda m: " " * len(m.group(0)), text)
+    return _RUN.sub(lambda m: m[0] if _DECIMAL.search(m[0]) else _KEPT_GAP.sub("-", m[0]), blanked)
 
 
 def keypad(text: str) -> str:
@@ -54,7 +60,7 @@ def kept_numbers(value: str) -> list[str]:
     out: list[str] = []
     for m in _GROUPED.finditer(text):
         raw = m.group(0).strip()
-        if len(_digits(raw)) >= PARTY_DIGITS and raw not in out:
+        if len(_digits(raw)) >= PARTY_DIGITS and raw not in out and not _DECIMAL.search(raw):
             out.append(raw)
     for m in _VANITY.finditer(text):
         raw = m.group(0).strip(" -.(")
