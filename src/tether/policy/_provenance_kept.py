@@ -16,12 +16,13 @@ __all__ = ["as_grouped", "kept_numbers", "keypad"]
 
 # Digit groups parted by marks that are no letter (``000:123:456:789``, ``000 = 123 = 456``), or
 # by the long-vowel mark a Japanese number is printed with (``03ー1234ー5678``); not run on from
-# a word, nor a time of day (blanked first: ``10:30-12:45``).
-_GROUPED = re.compile(r"(?<![\w.])\+?\d+(?:[^\S\n]*(?:[^\w\s]|_|\u30fc|\uff70)+[^\S\n]*\d+)+(?![^\W\d_])")
+# a word, nor a time of day (blanked first: ``10:30-12:45``). Each run is matched once, whole,
+# and what stands beside it read after (``_apart``): no match starts inside another.
+_GROUPED = re.compile(r"\+?\d++(?:[^\S\n]*+(?:[^\w\s]|_|\u30fc|\uff70)++[^\S\n]*+\d++)*+")
 _TIME = re.compile(r"(?<![\d:])\d{1,2}:\d\d(?::\d\d)?(?![\d:])")
 # A number some of whose groups are written in capitals, as a phone's keypad spells them
 # (``1-800-FLOWERS``, ``+44 800 BIG BANK``): digits first, a group of three capitals or more.
-_VANITY = re.compile(r"(?<![\w+])\+?\d[\d().\- ]*(?:[A-Z]{2,}[\d().\- ]*)+(?![\w])")
+_VANITY = re.compile(r"\+?\d[\d().\- ]*+(?:[A-Z]{2,}+[\d().\- ]*+)*+")
 _KEYPAD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "22233344455566677778889999")
 _OPENING_DIGITS = 3  # the digits a vanity number opens with, at least (``1-800``, ``0800``)
 
@@ -59,11 +60,18 @@ def kept_numbers(value: str) -> list[str]:
     text = _TIME.sub(lambda m: " " * len(m.group(0)), undated(unfold(value, fold_case=False)))
     out: list[str] = []
     for m in _GROUPED.finditer(text):
-        raw = m.group(0).strip()
-        if len(_digits(raw)) >= PARTY_DIGITS and raw not in out and not _DECIMAL.search(raw):
-            out.append(raw)
+        start, end = m.span()
+        if not _apart(text, start, end, "."):  # run on from a word: what follows its first mark
+            glued = _AFTER_MARK.search(text, start, end)
+            start = glued.end() if glued is not None else end
+        raw = text[start:end]
+        if _apart(text, start, end, ".") and len(_digits(raw)) >= PARTY_DIGITS and not raw.isdigit():
+            if raw not in out and not _DECIMAL.search(raw):
+                out.append(raw)
     for m in _VANITY.finditer(text):
-        raw = m.group(0).strip(" -.(")
+        raw = m.group(0).rstrip(" -.(")
+        if not _apart(text, m.start(), m.start() + len(raw), "+"):
+            continue
         opening = re.match(r"\+?[\d().\- ]*", raw)
         if opening is None or len(_digits(opening.group(0))) < _OPENING_DIGITS:
             continue
@@ -72,6 +80,17 @@ def kept_numbers(value: str) -> list[str]:
         if raw not in out:
             out.append(raw)
     return out
+
+
+_AFTER_MARK = re.compile(r"(?:[^\w\s]|_|\u30fc|\uff70)[^\S\n]*(?=\d)")
+
+
+def _apart(text: str, start: int, end: int, before: str) -> bool:
+    """Whether ``text[start:end]`` stands apart from words: no letter, digit or ``_`` (nor one
+    of ``before``) just before it, no letter just after it."""
+    if start and (text[start - 1].isalnum() or text[start - 1] in f"_{before}"):
+        return False
+    return end == len(text) or not text[end].isalpha()
 
 
 def _digits(text: str) -> str:
