@@ -65,9 +65,9 @@ def kept_numbers(value: str) -> list[str]:
             glued = _AFTER_MARK.search(text, start, end)
             start = glued.end() if glued is not None else end
         raw = text[start:end]
-        if _apart(text, start, end, ".") and len(_digits(raw)) >= PARTY_DIGITS and not raw.isdigit():
-            if raw not in out and not _DECIMAL.search(raw):
-                out.append(raw)
+        number = len(_digits(raw)) >= PARTY_DIGITS and not raw.isdigit() and not _DECIMAL.search(raw)
+        if number and _apart(text, start, end, ".") and raw not in out:
+            out.append(raw)
     for m in _VANITY.finditer(text):
         raw = m.group(0).rstrip(" -.(")
         if not _apart(text, m.start(), m.start() + len(raw), "+"):
