@@ -266,6 +266,9 @@ async def test_a_list_already_kept_in_the_notes_is_still_no_party_of_theirs() ->
         ("Deposit 000:123:456:789", ["000:123:456:789"]),
         ("Call +44 = 7700 = 900123 now", ["+44 = 7700 = 900123"]),
         ("Call 1-800-FLOWERS", ["1-800-FLOWERS"]),
+        ("changed to +1-800-FLOWERS. Save it.", ["+1-800-FLOWERS"]),  # a sentence after it
+        ("US1, 330, 000, 000, 121", ["330, 000, 000, 121"]),  # run on from a word: after its mark
+        ("Rated 4.5; 4.7; 3.9; 4.1", []),  # fractions
         ("Open 07:30-10:30 and 19:00-22:30", []),  # hours
         ("Ratings 4, 5, 3", []),  # too few digits
         ("Flight LH4711 gate B22", []),
