@@ -75,6 +75,7 @@ from tether.policy._provenance_text import (
     party_key,
     pieced,
     redials,
+    redials_whole,
     reprints,
     reprints_whole,
     request_names,
@@ -225,7 +226,7 @@ class ProvenanceIndex(Naming, Steering):
         # A write a store re-printed (``reprints``): traced as written where the value is all of
         # it, naming what it names; else as the value is now (the run wrote no such text).
         inside = [(w, value) for w in exact] + [
-            (w, w.text if reprints_whole(w.text, value) else value)
+            (w, w.text if reprints_whole(w.text, value) or redials_whole(w.text, value) else value)
             for w in writes
             if w not in exact and (reprints(value, w.text) or redials(w.text, value))
         ]

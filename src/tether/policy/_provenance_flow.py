@@ -14,6 +14,7 @@ from typing import Any
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_decoding import decoded, decoded_forms
+from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
@@ -246,6 +247,7 @@ def party_handles(
     found = [(h, handle_origins(index, h)) for h in handles]
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         found += _closing(index, forms, [_digits(h) for h in handles])
+        found += _kept_as_numbers(index, forms, [_digits(h) for h in handles])
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
@@ -337,6 +339,34 @@ def _closing(index: ProvenanceIndex, forms: list[str], held: list[str]) -> list[
     return out
 
 
+def _kept_as_numbers(
+    index: ProvenanceIndex, forms: list[str], held: list[str]
+) -> list[tuple[str, list[Origin]]]:
+    """What the forms of a write make as a store that keeps numbers as their digits keeps them
+    (``kept_numbers``: ``000:123:456:789``, ``800-FLOWERS``) but a number already judged, each
+    with the origins of it as written and of the number it makes (``handle_origins``): judged
+    where the request or a result holds either; so are the digits a piece opens or closes with
+    as the store joins them (``as_grouped``). One traced nowhere is left alone: ratings and room
+    numbers listed (``4, 5, 3, 5, 4, 5, 5, 4``) name no party the run read anywhere."""
+    out: list[tuple[str, list[Origin]]] = []
+    # The digits a piece opens or closes with as that store joins them with what it holds
+    # (``Deposit 000:123`` kept by one run, ``:456:789`` by the next): ``edge_fragments``.
+    grouped = [as_grouped(unfold(f, fold_case=False)) for f in forms]
+    edges = [e for g in grouped for e in (*edge_fragments(g), closing_fragment(g)) if e]
+    seen = [*held, *(_digits(e) for f in forms for e in (*edge_fragments(f), closing_fragment(f)) if e)]
+    for raw in dict.fromkeys([*(n for f in forms for n in kept_numbers(f)), *edges]):
+        digits = _digits(keypad(raw))
+        if any(digits in d for d in seen):
+            continue
+        seen.append(digits)
+        origins = [
+            o for o in (*handle_origins(index, raw), *handle_origins(index, digits)) if o.kind != "nowhere"
+        ]
+        if origins:
+            out.append((raw, origins))
+    return out
+
+
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
     of the accounts (IBAN-shaped) and numbers the request or a result holds whose digits hold all of its: a
@@ -346,11 +376,13 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     if not _NUMERAL.fullmatch(handle):
         return origins
     digits = _digits(handle)
-    texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(seg.raw))]
+    texts = [index.objective, *(seg.raw for seg in index.segments if digits in _digits(keypad(seg.raw)))]
     held = [a for t in texts for a in find_handles(t) if "@" not in a and digits in a]
     # A piece of a number a text holds (``edge_fragments``: the listing's account of digits
-    # kept in two appends) is that number's.
+    # kept in two appends) is that number's; so is one of a number a store keeps as its digits
+    # (``kept_numbers``: ``+44:7700:900555``, ``1-800-FLOWERS``, as the request gave it).
     held += [n for t in texts for n in find_numbers(t) if n != handle and digits in _digits(n)]
+    held += [n for t in texts for n in kept_numbers(t) if n != handle and digits in _digits(keypad(n))]
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 

@@ -10,6 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.core._confusables import skeleton
+from tether.policy._provenance_kept import kept_numbers, keypad
 from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise, one_space
 from tether.policy._provenance_values import (
     LOCAL_MARKS,
@@ -41,6 +42,7 @@ __all__ = [
     "party_key",
     "pieced",
     "redials",
+    "redials_whole",
     "reprinted",
     "reprints",
     "reprints_whole",
@@ -415,7 +417,7 @@ def redials(written: str, text: str) -> bool:
     ``0`` dropped, a country code put before), or the other way round. Their digits, leading
     zeros (a trunk or an international prefix) left out, are the same, or one ends with the
     other and a country code (three digits at most) stands before it."""
-    mine = _dialled(written)
+    mine = _dialled(written.upper())  # a write is held case-folded: a vanity number's capitals
     if not mine:
         return False
     for other in _dialled(text):
@@ -426,10 +428,26 @@ def redials(written: str, text: str) -> bool:
     return False
 
 
+def redials_whole(written: str, value: str) -> bool:
+    """Whether ``value`` is all of ``written`` as such a book gives it back (``redials``): each
+    of them one phone number and nothing else (``+1-800-FLOWERS`` kept as ``+18003569377``).
+    Traced as written then: the number the request gave in its letters is still the user's."""
+    return _one_number(written) and _one_number(value) and redials(written, value)
+
+
+def _one_number(text: str) -> bool:
+    t = text.strip().upper()
+    return _DIALLED.fullmatch(t) is not None or kept_numbers(t) == [t]
+
+
 @functools.lru_cache(maxsize=4096)
 def _dialled(text: str) -> frozenset[str]:
-    """The phone numbers ``text`` holds, as their digits without leading zeros (seven or more)."""
-    found = (re.sub(r"\D", "", m.group(0)).lstrip("0") for m in _DIALLED.finditer(text))
+    """The phone numbers ``text`` holds, as their digits without leading zeros (seven or more):
+    also as a book that keeps numbers as E.164 keeps them (``kept_numbers``: ``+44ー7700ー900123``,
+    ``+44:7700:900:123``; ``1-800-FLOWERS`` as its keypad's digits)."""
+    printed = [m.group(0) for m in _DIALLED.finditer(text)]
+    kept = [keypad(n) for n in kept_numbers(text)]
+    found = (re.sub(r"\D", "", n).lstrip("0") for n in (*printed, *kept))
     return frozenset(d for d in found if len(d) >= 7)
 
 
