@@ -315,12 +315,21 @@ class UserStore:
     def _new_password(self, name: str, password: str) -> str:
         """The hash to store for a password ``name`` chose. Raises ``AuthError("weak_password")``
         for one shorter than ``MIN_PASSWORD``, longer than ``MAX_PASSWORD``, or with fewer than
-        ``MIN_PASSWORD_CHARS`` different characters once the name and white space are left out."""
+        ``MIN_PASSWORD_CHARS`` different characters once the name and white space are left out (read
+        as NFKC), or holding a control character."""
         if len(password) < MIN_PASSWORD:
             raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
         if len(password) > MAX_PASSWORD:
             raise AuthError("weak_password", f"a password has at most {MAX_PASSWORD} characters")
-        rest = "".join(password.split()).casefold().replace(name.casefold(), "")
+        if any(unicodedata.category(c) == "Cc" for c in password):  # RFC 8265: no control characters
+            # A password piped with a Windows line end kept its ``\r``: no browser ever types it.
+            raise AuthError(
+                "weak_password", "a password may not hold control characters (a line break, a tab)"
+            )
+        # Read as NFKC: the name in fullwidth letters (``ａｄｍｉｎ``) is the name, not 5 new characters.
+        rest = (
+            "".join(unicodedata.normalize("NFKC", password).split()).casefold().replace(name.casefold(), "")
+        )
         if len(set(rest)) < MIN_PASSWORD_CHARS:
             raise AuthError(
                 "weak_password",
@@ -395,7 +404,10 @@ class UserStore:
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
         """A new API token for ``name``: the secret is returned once and stored only hashed.
         ``days``: it expires after so many (``None``: never). Raises ``AuthError`` (``bad_days``:
-        not a number of days in (0, ``MAX_TOKEN_DAYS``]; 0 once made a token that never expired)."""
+        not a number of days in (0, ``MAX_TOKEN_DAYS``]; 0 once made a token that never expired;
+        ``bad_label``: a label with a line break, a control or a format character)."""
+        if not label.isprintable():  # ``tether users tokens`` prints one row per token
+            raise AuthError("bad_label", "a token's label is printable text on one line")
         if days is not None and not (math.isfinite(days) and 0 < days <= MAX_TOKEN_DAYS):
             limit = f"more than 0 and at most {MAX_TOKEN_DAYS} days"
             raise AuthError("bad_days", f"a token's lifetime is {limit}")

@@ -60,7 +60,7 @@ def register(sub: Any) -> None:
 
 def _password(args: argparse.Namespace) -> str:
     if args.password_stdin:
-        return sys.stdin.readline().rstrip("\n")
+        return sys.stdin.readline().rstrip("\r\n")  # a Windows line end too
     import getpass
 
     first = getpass.getpass("password: ")
