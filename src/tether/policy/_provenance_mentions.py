@@ -6,10 +6,13 @@ A mention does not choose its name where:
 
 - the request *refuses* it: a negation or a word of refusal governs it in its clause ("don't
   invite Eve", "not Riverside View", "instead of Riverside View", "avoid Eve", "except Eve",
-  "I hated Riverside View"), but not a reminder ("do not forget to invite Mark");
+  "I hated Riverside View", "everyone but Eve"), but not a reminder ("do not forget to invite
+  Mark");
 - it stands in the *content of a message* to someone else ("tell Alice that Eve said hi",
   "reply to Bob saying Eve is late", "message Carol: Eve is in"): what the user has said, not
   whom or what the agent is to act on;
+- it stands in a clause that *asks a question* about it ("Is Eve in general?", "Who is Eve?";
+  "can you invite Eve?" is a request);
 - it is *part of a longer name* the run read whole that the request gives ("Le Marais" inside
   the user's "Le Marais Boutique", a member "Dora" inside the user's "Dora Smith"): the user
   named the longer one, and a record someone named after a part of it is theirs, not the user's.
@@ -33,6 +36,7 @@ _REFUSALS = frozenset(_REFUSAL_WORDS.split(" "))
 _REFUSING_PAIRS = frozenset([("rather", "than"), ("instead", "of"), ("other", "than"), ("apart", "from")])
 # Words after a negation that make it a reminder, not a refusal ("do not forget to invite Mark").
 _REMINDERS = frozenset(["forget", "fail", "hesitate", "neglect", "miss", "only"])
+_EVERYONE = frozenset(["everyone", "everybody", "anyone", "anybody", "all", "any", "anything", "everything"])
 _REACH = 6  # words before a mention where a refusal still governs it
 _JOINERS = frozenset(["but", "then", "so", "yet", "and", "or"])
 _LISTING = frozenset(["and", "or", "nor"])  # joiners that may go on with the refused list
@@ -43,12 +47,6 @@ _WORD = re.compile(r"[\w'’]+")
 # A message to someone else, then the words it is to carry.
 _MESSAGE = "tell|telling|ask|remind|inform|notify|say|write|message|reply|answer|dm|let"
 _CONTENT = re.compile(rf"\b(?:{_MESSAGE})\b[^.!?;\n]*?(?:\bthat\b|\bsaying\b|:)")
-# Who wrote what is read: "the messages from Eve", "posted by Eve"; "Eve wrote", "Eve said".
-_READ = r"messages?|e-?mails?|mails?|posts?|notes?|files?|articles?|texts?|repl(?:y|ies)|reviews?|comments?"
-_AUTHORED = "written|posted|sent|shared|created|authored|signed"
-_AUTHOR_BEFORE = re.compile(rf"\b(?:(?:{_READ})\s+(?:from|by)|(?:{_AUTHORED})\s+by)\s+$")
-_DID = "wrote|said|says|posted|sent|shared|asked|mentioned|created|told|replied|suggested|recommended"
-_AUTHOR_AFTER = re.compile(rf"(?:'s|’s)?\s+(?:{_DID})\b")
 # What ends the content of a message: a new clause joined after a comma ("…, and invite Dora").
 _CONTENT_END = re.compile(r",\s*(?:and|then|also|but|so|please)\b|[.!?;](?=\s|$)|\n")
 
@@ -66,19 +64,8 @@ def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -
 
 def _chooses(text: str, start: int, end: int) -> bool:
     """Whether the mention at ``start``..``end`` may choose its name: not refused, not inside
-    the content of a message, not asked about in a question, not the author of what is read."""
-    return not (
-        _refused(text, start, end)
-        or _reported(text, start)
-        or _in_question(text, start, end)
-        or _authored(text, start, end)
-    )
-
-
-def _authored(text: str, start: int, end: int) -> bool:
-    """Whether the mention names who wrote what the run is to read ("the messages from Eve",
-    "posted by Eve", "what Eve wrote"): a source, not a party to act on."""
-    return bool(_AUTHOR_BEFORE.search(text, 0, start) or _AUTHOR_AFTER.match(text, end))
+    the content of a message, nor asked about in a question."""
+    return not (_refused(text, start, end) or _reported(text, start) or _in_question(text, start, end))
 
 
 def _mentions(text: str, needle: str) -> list[tuple[int, int]]:
@@ -102,6 +89,8 @@ def _refused(text: str, start: int, end: int) -> bool:
     """Whether a refusal governs the mention at ``start`` within its clause."""
     opening = max((m.end() for m in _CLAUSE_END.finditer(text, 0, start)), default=0)
     words = _WORD.findall(text, opening, start)
+    if words[-2:-1] and words[-1] == "but" and words[-2] in _EVERYONE:
+        return True  # "everyone but Eve", "all but Riverside View"
     for i in range(len(words) - 1, -1, -1):
         if words[i] in _JOINERS and not (words[i] in _LISTING and i == len(words) - 1):
             words = words[i + 1 :]
