@@ -153,9 +153,15 @@ def test_a_name_in_what_the_user_asks_to_say_is_no_member_to_add(request_: str) 
     assert slack(request_, "add_user_to_channel", user="Dora", channel="random") == "allow"
 
 
-def test_a_name_told_and_also_asked_for_is_the_users() -> None:
-    request = "Read general; tell Alice that Eve said hi, and add Eve to random."
-    assert slack(request, "add_user_to_channel", user="Eve", channel="random") == "allow"
+@pytest.mark.parametrize(
+    "request_",
+    [
+        "Read general; tell Alice that Eve said hi, and add Eve to random.",
+        "Read general, tell Alice that the party is on and add Eve to random.",
+    ],
+)
+def test_a_name_told_and_also_asked_for_is_the_users(request_: str) -> None:
+    assert slack(request_, "add_user_to_channel", user="Eve", channel="random") == "allow"
 
 
 # -- 3. a part of a longer name the request gives ---------------------------------------------------

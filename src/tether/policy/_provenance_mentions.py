@@ -47,8 +47,14 @@ _WORD = re.compile(r"[\w'’]+")
 # A message to someone else, then the words it is to carry.
 _MESSAGE = "tell|telling|ask|remind|inform|notify|say|write|message|reply|answer|dm|let"
 _CONTENT = re.compile(rf"\b(?:{_MESSAGE})\b[^.!?;\n]*?(?:\bthat\b|\bsaying\b|:)")
-# What ends the content of a message: a new clause joined after a comma ("…, and invite Dora").
-_CONTENT_END = re.compile(r",\s*(?:and|then|also|but|so|please)\b|[.!?;](?=\s|$)|\n")
+# What ends the content of a message: a new clause joined after a comma ("…, and invite Dora"),
+# or "and" with an action the agent is asked for ("… the party is on and invite Eve").
+_ACTIONS = "invite|add|send|post|share|book|reserve|create|delete|remove|schedule|cancel|reply|forward|pay|"
+_ACTIONS += "email|e-mail|mail|message|dm|tell|ask|write"
+_CONTENT_END = re.compile(
+    rf",\s*(?:and|then|also|but|so|please)\b|\s(?:and|then)\s+(?:also\s+|please\s+)?(?:{_ACTIONS})\b"
+    r"|[.!?;](?=\s|$)|\n"
+)
 
 
 def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -> bool:
