@@ -1,0 +1,134 @@
+"""Which of the request's mentions of a name choose it: the user's words hold a name many ways,
+and only some of them ask for it. ``ProvenanceIndex`` (``_provenance``) asks this before it
+counts a name, a title or a listing's name as the user's (an ``Origin("user")``).
+
+A mention does not choose its name where:
+
+- the request *refuses* it: a negation or a word of refusal governs it in its clause ("don't
+  invite Eve", "not Riverside View", "instead of Riverside View", "avoid Eve", "except Eve",
+  "I hated Riverside View", "everyone but Eve"), but not a reminder ("do not forget to invite
+  Mark");
+- it stands in the *content of a message* to someone else ("tell Alice that Eve said hi",
+  "reply to Bob saying Eve is late", "message Carol: Eve is in"): what the user has said, not
+  whom or what the agent is to act on;
+- it stands in a clause that *asks a question* about it ("Is Eve in general?", "Who is Eve?";
+  "can you invite Eve?" is a request);
+- it is *part of a longer name* the run read whole that the request gives ("Le Marais" inside
+  the user's "Le Marais Boutique", a member "Dora" inside the user's "Dora Smith"): the user
+  named the longer one, and a record someone named after a part of it is theirs, not the user's.
+
+A name the request also mentions in a way that chooses it stays the user's; a value the request
+holds in no whole-word mention is left as the caller traced it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from tether.policy._provenance_text import _in_question, contains_whole
+
+__all__ = ["chosen_in_request"]
+
+_REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
+_REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
+_REFUSALS = frozenset(_REFUSAL_WORDS.split(" "))
+_REFUSING_PAIRS = frozenset([("rather", "than"), ("instead", "of"), ("other", "than"), ("apart", "from")])
+# Words after a negation that make it a reminder, not a refusal ("do not forget to invite Mark").
+_REMINDERS = frozenset(["forget", "fail", "hesitate", "neglect", "miss", "only"])
+_EVERYONE = frozenset(["everyone", "everybody", "anyone", "anybody", "all", "any", "anything", "everything"])
+_REACH = 6  # words before a mention where a refusal still governs it
+_JOINERS = frozenset(["but", "then", "so", "yet", "and", "or"])
+_LISTING = frozenset(["and", "or", "nor"])  # joiners that may go on with the refused list
+_CLAUSE_END = re.compile(r"[.!?,;:](?=\s|$)|\n| - ")
+_TOKEN_MARKS = "@._-/+"  # marks inside one token (an address, a handle, a path)
+_SENTENCE_END = re.compile(r"[.!?;](?=\s|$)|\n")
+_WORD = re.compile(r"[\w'’]+")
+# A message to someone else, then the words it is to carry.
+_MESSAGE = "tell|telling|ask|remind|inform|notify|say|write|message|reply|answer|dm|let"
+_CONTENT = re.compile(rf"\b(?:{_MESSAGE})\b[^.!?;\n]*?(?:\bthat\b|\bsaying\b|:)")
+# What ends the content of a message: a new clause joined after a comma ("…, and invite Dora"),
+# or "and" with an action the agent is asked for ("… the party is on and invite Eve").
+_ACTIONS = "invite|add|send|post|share|book|reserve|create|delete|remove|schedule|cancel|reply|forward|pay|"
+_ACTIONS += "email|e-mail|mail|message|dm|tell|ask|write"
+_CONTENT_END = re.compile(
+    rf",\s*(?:and|then|also|but|so|please)\b|\s(?:and|then)\s+(?:also\s+|please\s+)?(?:{_ACTIONS})\b"
+    r"|[.!?;](?=\s|$)|\n"
+)
+
+
+def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -> bool:
+    """Whether the (normalised) request ``user_text`` mentions ``needle`` at least once in a way
+    that chooses it (see the module docstring). ``longer``: whole names the run read that hold
+    ``needle``; a mention inside one of them the request gives does not choose ``needle``."""
+    spans = _mentions(user_text, needle)
+    if not spans:
+        return True
+    covered = _covered_by(user_text, needle, longer)
+    return any(_chooses(user_text, start, end) and not _inside(start, end, covered) for start, end in spans)
+
+
+def _chooses(text: str, start: int, end: int) -> bool:
+    """Whether the mention at ``start``..``end`` may choose its name: not refused, not inside
+    the content of a message, nor asked about in a question."""
+    return not (_refused(text, start, end) or _reported(text, start) or _in_question(text, start, end))
+
+
+def _mentions(text: str, needle: str) -> list[tuple[int, int]]:
+    """The occurrences of ``needle`` in ``text`` that are no part of a longer word."""
+    out: list[tuple[int, int]] = []
+    at = text.find(needle) if needle else -1
+    while at >= 0:
+        end = at + len(needle)
+        before = text[at - 1] if at > 0 else " "
+        after = text[end] if end < len(text) else " "
+        beyond = text[end + 1] if end + 1 < len(text) else " "
+        joined = before.isalnum() or before in _TOKEN_MARKS
+        goes_on = after.isalnum() or (after in _TOKEN_MARKS and beyond.isalnum())
+        if not (joined and needle[:1].isalnum()) and not (goes_on and needle[-1:].isalnum()):
+            out.append((at, end))
+        at = text.find(needle, at + 1)
+    return out
+
+
+def _refused(text: str, start: int, end: int) -> bool:
+    """Whether a refusal governs the mention at ``start`` within its clause."""
+    opening = max((m.end() for m in _CLAUSE_END.finditer(text, 0, start)), default=0)
+    words = _WORD.findall(text, opening, start)
+    if words[-2:-1] and words[-1] == "but" and words[-2] in _EVERYONE:
+        return True  # "everyone but Eve", "all but Riverside View"
+    for i in range(len(words) - 1, -1, -1):
+        if words[i] in _JOINERS and not (words[i] in _LISTING and i == len(words) - 1):
+            words = words[i + 1 :]
+            break
+    words = words[-_REACH:]
+    nxt = [*words[1:], ""]
+    prev = ["", *words]
+    for p, w, n in zip(prev, words, nxt, strict=False):
+        refusal = w in _REFUSALS or w.endswith(("n't", "n’t")) or (p, w) in _REFUSING_PAIRS
+        if refusal and n not in _REMINDERS:
+            return True
+    return False
+
+
+def _reported(text: str, start: int) -> bool:
+    """Whether the mention at ``start`` stands in the content of a message to someone else."""
+    sentence = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
+    for m in _CONTENT.finditer(text, sentence, start):
+        stop = _CONTENT_END.search(text, m.end())
+        if stop is None or stop.start() >= start:
+            return True
+    return False
+
+
+def _covered_by(text: str, needle: str, longer: Iterable[str]) -> list[tuple[int, int]]:
+    """Spans of ``text`` that give a longer whole name holding ``needle``."""
+    spans: list[tuple[int, int]] = []
+    for name in longer:
+        if len(name) > len(needle) and needle in name and contains_whole(name, needle):
+            spans.extend(_mentions(text, name))
+    return spans
+
+
+def _inside(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    return any(s <= start and end <= e for s, e in spans)
