@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tether.policy._provenance_text import _in_question, contains_whole
+from tether.policy._provenance_text import contains_whole, in_question
 
 __all__ = ["chosen_in_request"]
 
@@ -71,7 +71,7 @@ def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -
 def _chooses(text: str, start: int, end: int) -> bool:
     """Whether the mention at ``start``..``end`` may choose its name: not refused, not inside
     the content of a message, nor asked about in a question."""
-    return not (_refused(text, start, end) or _reported(text, start) or _in_question(text, start, end))
+    return not (_refused(text, start, end) or _reported(text, start) or in_question(text, start, end))
 
 
 def _mentions(text: str, needle: str) -> list[tuple[int, int]]:

@@ -36,6 +36,7 @@ __all__ = [
     "contains_whole",
     "echoed",
     "holds_secret",
+    "in_question",
     "made_of",
     "name_forms",
     "occurrences",
@@ -235,7 +236,7 @@ def asks_for(text: str, phrase: str) -> bool:
             continue
         if after is not None and after.group(1) in _NAMING_AFTER:
             continue
-        if _in_question(text, m.start(), m.end()):
+        if in_question(text, m.start(), m.end()):
             continue
         return True
     return False
@@ -280,7 +281,7 @@ _NEGATION_REACH = 4  # words before a phrase where a negation still governs it
 _WORDS_BEFORE_ALL = re.compile(r"[\w'’]+")
 
 
-def _in_question(text: str, start: int, end: int) -> bool:
+def in_question(text: str, start: int, end: int) -> bool:
     """Whether the span stands in a clause of a question that opens with a question word or
     an auxiliary ("what", "did", "is"), not with a request ("can you", "please")."""
     stop = _SENTENCE_END.search(text, end)
