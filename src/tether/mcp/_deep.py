@@ -18,8 +18,9 @@ from typing import Any
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import FLOAT_ID, whole_id
+from tether.mcp._stdio import too_large
 
-__all__ = ["CUT", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
+__all__ = ["CUT", "FOREIGN", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events", "foreign_answer"]
 
 PARSER_DEPTH = 200  # the SDK's JSON parser (pydantic's) refuses a message nested deeper
 CUT = "x-tether-cut"  # the key under which a cut tool says why
@@ -30,6 +31,7 @@ _AROUND = 3  # the levels around a tool in an answer: the message, its result, t
 _BLANK = re.compile(rb"(?:\r\n|\n|\r(?=[^\n]))(?:\r\n|\n|\r(?=[^\n]))")
 _LINE = re.compile(rb"\r\n|\r|\n")
 MAX_RETRY_MS = 60_000  # the longest wait before reopening an event stream a server may ask for
+FOREIGN = "the server answered this request with the id of another request (a forged answer)"
 
 
 def cut_deep_tools(raw: bytes) -> bytes | None:
@@ -56,12 +58,15 @@ def cut_deep_tools(raw: bytes) -> bytes | None:
 
 
 async def cut_events(
-    chunks: AsyncIterable[bytes], limit: int, gate: NotificationGate | None = None
+    chunks: AsyncIterable[bytes], limit: int, gate: NotificationGate | None = None, answering: Any = None
 ) -> AsyncIterator[bytes]:
     """An event stream (an answer's, or the session's own), passed on event by event, an event
     whose data is a listing with a tool nested too deep rewritten (``cut_deep_tools``), one of
     more objects and arrays than the SDK is given replaced (``_cut_event``); what grows past
-    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself); a
+    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself), or, on
+    the stream ``answering`` a POSTed request, ends it with an error for that request naming the
+    limit (the SDK's own cap ended the stream as one that "ended without a response", the call
+    failing as an answer that never came, whether it took effect unknown); a
     notification ``gate`` drops is not passed on at all (``_flood``). What
     waits grows in place: joined by copying it whole at each chunk, an event of megabytes in small
     chunks took the event loop seconds."""
@@ -77,6 +82,14 @@ async def cut_events(
                 yield _cut_event(event)
         del pending[:start]
         searched = len(pending)
+        if len(pending) > limit and answering is not None:
+            error = {
+                "jsonrpc": "2.0",
+                "id": answering,
+                "error": {"code": -32603, "message": too_large(limit)},
+            }
+            yield b"data: " + json.dumps(error).encode("utf-8") + b"\n\n"
+            return
         if len(pending) > limit:
             yield bytes(pending)
             pending, searched = bytearray(), 0
@@ -116,6 +129,36 @@ def _whole_event(raw: bytes) -> bytes:
         return raw
     other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
     return b"\n".join([*other, b"data: " + json.dumps(mended).encode("utf-8")]) + b"\n\n"
+
+
+def foreign_answer(raw: bytes, asked: Any) -> bytes:
+    """One event of the stream answering request ``asked`` (a POST's), as the SDK is given it: an
+    answer (a result or an error) naming another request becomes an error for ``asked``
+    (``FOREIGN``). The SDK gives any answer on a POST's stream the id of the request POSTed, so
+    a server answering a call with the result meant for another (a forged answer, or two calls'
+    answers crossed) had the call take it as its own, where a JSON body so answered fails; an
+    error naming no request (``"id": null``) stays the error of the request POSTed."""
+    if b'"result"' not in raw and b'"error"' not in raw:
+        return raw
+    try:
+        message = json.loads(_data(raw))
+    except (ValueError, RecursionError):
+        return raw
+    if not isinstance(message, dict) or "method" in message or not {"result", "error"} & message.keys():
+        return raw
+    ident = message.get("id")
+    if (ident is None and "error" in message) or _key(ident) == _key(asked):
+        return raw
+    other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
+    error = {"jsonrpc": "2.0", "id": asked, "error": {"code": -32603, "message": FOREIGN}}
+    return b"\n".join([*other, b"data: " + json.dumps(error).encode("utf-8")]) + b"\n\n"
+
+
+def _key(ident: Any) -> str:
+    """An id as the SDK matches it (``1``, ``1.0`` and ``"1"`` are one id)."""
+    if isinstance(ident, float) and ident.is_integer():
+        ident = int(ident)
+    return str(ident)
 
 
 def _data(raw: bytes) -> bytes:

@@ -61,7 +61,7 @@ import httpx2
 
 from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
-from tether.mcp._deep import cut_deep_tools, cut_events
+from tether.mcp._deep import FOREIGN, cut_deep_tools, cut_events, foreign_answer
 from tether.mcp._failures import AUTH_REFUSED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import BOM, FLOAT_ID
@@ -174,14 +174,18 @@ def _decoded(response: httpx2.Response) -> tuple[httpx2.Response, str | None]:
 
 class _Events(httpx2.AsyncByteStream):
     """An event stream, a message of too many objects and arrays refused, a tool nested too
-    deep cut and a flood of notifications held back (``cut_events``)."""
+    deep cut and a flood of notifications held back (``cut_events``); on the stream answering a
+    POSTed request ``asked``, an answer naming another request is an error (``foreign_answer``)
+    and an answer past the limit is the error saying so."""
 
-    def __init__(self, stream: httpx2.AsyncByteStream, limit: int, gate: NotificationGate) -> None:
-        self._stream, self._limit, self._gate = stream, limit, gate
+    def __init__(
+        self, stream: httpx2.AsyncByteStream, limit: int, gate: NotificationGate, asked: Any
+    ) -> None:
+        self._stream, self._limit, self._gate, self._asked = stream, limit, gate, asked
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in cut_events(self._stream, self._limit, self._gate):
-            yield chunk
+        async for chunk in cut_events(self._stream, self._limit, self._gate, self._asked):
+            yield chunk if self._asked is None else foreign_answer(chunk, self._asked)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -240,7 +244,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         content_type = response.headers.get("content-type", "").lower()
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
             assert isinstance(response.stream, httpx2.AsyncByteStream)
-            return _replaced(response, _Events(response.stream, self._limit, self._gate))
+            return _replaced(response, _Events(response.stream, self._limit, self._gate, asked))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         stream = _Capped(response.stream, self._limit)
         ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
@@ -413,7 +417,7 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
         what = "a request or notification of its own" if "method" in message else "no answer"
         return f"the server's answer to this request was {what}, not an answer"
     if _id(message.get("id")) != _id(asked):
-        return "the server answered this request with the id of another request (a forged answer)"
+        return FOREIGN
     return None
 
 
