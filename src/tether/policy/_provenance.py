@@ -59,7 +59,7 @@ from tether.policy._provenance_labels import (
     normalise,
     shape_kind,
 )
-from tether.policy._provenance_mentions import chosen_in_request
+from tether.policy._provenance_mentions import chosen_in_request, refused
 from tether.policy._provenance_naming import VOUCHING, Naming
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -82,7 +82,7 @@ from tether.policy._provenance_text import (
     request_names,
     shared_origins,
 )
-from tether.policy._provenance_values import Link, find_handles, find_links, find_numbers, link_key
+from tether.policy._provenance_values import Link, find_handles, find_links, find_numbers, link_key, unfold
 
 __all__ = ["ProvenanceIndex"]
 
@@ -540,9 +540,10 @@ class ProvenanceIndex(Naming, Steering):
 
     @property
     def request_dates(self) -> list[DateMention]:
-        """The calendar days the request names."""
+        """The calendar days the request names, but one it turns down ("not on March 4")."""
         if self._dates is None:
-            self._dates = date_mentions(self.objective)
+            folded = unfold(self.objective)  # what ``date_mentions`` spans
+            self._dates = [m for m in date_mentions(self.objective) if not refused(folded, *m.span)]
         return self._dates
 
     @property

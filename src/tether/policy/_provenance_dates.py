@@ -18,6 +18,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from tether.policy._provenance_mentions import refused
 from tether.policy._provenance_values import unfold
 
 __all__ = [
@@ -428,7 +429,11 @@ def priced(text: str) -> list[tuple[float, str | None]]:
         if not ((currency and not ahead) or named or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
         code = named or (currency_code(currency.group(0)) if currency and not ahead else None)
-        found.append((value, code, bool(code or cents), sentence, preceding))
+        minor = _MINOR.match(folded, end)
+        value *= (_MINOR_UNITS[minor.group(1)] if minor else 1.0) * _share_of(folded, sentence, m.start())
+        if refused(folded, m.start(), end) and not _LIMITING.intersection(preceding[-4:]):
+            continue  # "pay 50 EUR, not the 500 EUR they ask": a sum the user turns down
+        found.append((value, code, bool(code or cents or minor), sentence, preceding))
     stated = {sentence for _, _, marked, sentence, _ in found if marked}
     return [
         (value, code)
@@ -454,6 +459,59 @@ def bounding(
         return [value for value, _ in sums]
     each = [[value for value, code in sums if code in (None, c)] for c in sorted(codes)]
     return min(each, key=max)
+
+
+# Words that make a refusal before a figure a limit on a sum ("no more than 100", "don't go over
+# 100", "not less than 50"), which states the figure, not a sum turned down.
+_LIMITING = frozenset(
+    [
+        "more",
+        "most",
+        "over",
+        "above",
+        "exceed",
+        "exceeds",
+        "exceeding",
+        "higher",
+        "greater",
+        "beyond",
+        "max",
+        "maximum",
+    ]
+)
+_LIMITING |= frozenset(["less", "least", "under", "below", "lower", "fewer", "min", "minimum"])
+# A figure's minor unit, written after it (with the currency they are a part of, or not): "50
+# cents", "20 euro cents", "75p", "50¢" state a hundredth of the figure, never the figure in
+# whole units (a payment of 50 is a hundred times "pay the 50 cents fee").
+_MINOR_UNITS = {"¢": 0.01, "c": 0.01, "ct": 0.01, "cts": 0.01, "p": 0.01, "pence": 0.01, "penny": 0.01}
+_MINOR_UNITS |= {"pennies": 0.01, "cent": 0.01, "cents": 0.01, "centime": 0.01, "centimes": 0.01}
+_MINOR_UNITS |= {"céntimo": 0.01, "céntimos": 0.01, "centavo": 0.01, "centavos": 0.01, "paise": 0.01}
+_MINOR_UNITS |= {"kopeck": 0.01, "kopecks": 0.01, "kopek": 0.01, "kopeks": 0.01, "öre": 0.01, "øre": 0.01}
+_MINOR_UNITS |= {"grosz": 0.01, "groszy": 0.01, "rappen": 0.01, "satoshi": 1e-8, "satoshis": 1e-8}
+_MINOR_UNITS |= {"sat": 1e-8, "sats": 1e-8}
+_MINOR = re.compile(
+    r"\s?(?:"
+    + _CURRENCY
+    + r"\s)?("
+    + "|".join(sorted(map(re.escape, _MINOR_UNITS), key=len, reverse=True))
+    + r")(?![^\W\d_])"
+)
+# A share of a sum the figure after it states: "10% of the 500 EUR invoice", "half of 300".
+_SHARE = re.compile(
+    r"(?:(\d+(?:\.\d+)?)\s?(?:%|per\s?cent\b)|\b(half|a\s+third|a\s+quarter))\s+of\b[^\d.!?;\n]{0,40}$"
+)
+_FRACTIONS = {"half": 0.5, "a third": 1 / 3, "a quarter": 0.25}
+
+
+def _share_of(folded: str, sentence: int, start: int) -> float:
+    """The share of the figure at ``start`` that its sentence asks for: "pay 10% of the 500 EUR
+    invoice" states a sum of 50, never one of 500; 1 where no share governs it."""
+    share = _SHARE.search(folded, max(sentence, 0, start - 64), start)
+    if share is None:
+        return 1.0
+    if share.group(1) is not None:
+        return float(share.group(1)) / 100
+    return _FRACTIONS[re.sub(r"\s+", " ", share.group(2))]
 
 
 # Words that may stand between a word for money and its figure: "a fee of 5", "rent is 2200".

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from tether.policy._provenance_text import contains_whole, in_question
 
-__all__ = ["chosen_in_request"]
+__all__ = ["chosen_in_request", "refused"]
 
 _REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
 _REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
@@ -109,6 +109,12 @@ def _refused(text: str, start: int, end: int) -> bool:
         if refusal and n not in _REMINDERS:
             return True
     return False
+
+
+def refused(text: str, start: int, end: int) -> bool:
+    """Whether a refusal governs the mention at ``start``..``end`` of the (folded) ``text``
+    within its clause ("not the 500 EUR", "don't pay on March 4", "instead of 500")."""
+    return _refused(text, start, end)
 
 
 def _reported(text: str, start: int) -> bool:
