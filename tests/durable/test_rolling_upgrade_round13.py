@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 from test_rolling_upgrade import _write_version
-from test_rolling_upgrade_round6 import NEW_SRC, Mixed
+from test_rolling_upgrade_round6 import NEW_SRC, Mixed, old_tree
 
 from tether.cli import main
 from tether.trace._events import EventKind, TraceEvent
@@ -60,13 +60,7 @@ ROOT = NEW_SRC.parent
 @pytest.fixture(scope="module", params=OLD_COMMITS)
 def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
-    commit = str(request.param).strip()
-    dest = tmp_path_factory.mktemp(f"old-{commit}")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / "src"
+    return old_tree(str(request.param), tmp_path_factory)
 
 
 def _env(src: Path) -> dict[str, str]:

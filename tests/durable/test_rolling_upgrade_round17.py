@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 from test_rolling_upgrade import ROOT, _write_version, deployed
+from test_rolling_upgrade_round6 import old_tree
 from test_rolling_upgrade_round8 import _logged
 
 pytestmark = pytest.mark.slow
@@ -229,13 +230,7 @@ OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "793a39a3").split(",") 
 @pytest.fixture(scope="module", params=OLD_COMMITS)
 def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
-    commit = str(request.param).strip()
-    dest = tmp_path_factory.mktemp(f"old-{commit}")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / "src"
+    return old_tree(str(request.param), tmp_path_factory)
 
 
 def test_an_earlier_releases_sqlite_worker_killed_mid_call_is_taken_over_by_this_releases(

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -63,6 +62,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
+from test_rolling_upgrade_round6 import old_tree
 
 # A database of its own: ``ALTER DATABASE`` settings apply to the sessions that connect to it.
 
@@ -374,15 +374,7 @@ OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "793a39a3").split(",") 
 @pytest.fixture(scope="module", params=OLD_COMMITS)
 def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
-    from test_rolling_upgrade import ROOT
-
-    commit = str(request.param).strip()
-    dest = tmp_path_factory.mktemp(f"old-{commit}")
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    return dest / "src"
+    return old_tree(str(request.param), tmp_path_factory)
 
 
 @pytest.fixture

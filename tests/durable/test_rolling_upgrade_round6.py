@@ -223,16 +223,22 @@ OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "ca71041,483dcef").spli
 NEW_SRC = ROOT / "src"
 
 
-@pytest.fixture(scope="module", params=OLD_COMMITS)
-def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
-    commit = str(request.param).strip()
+def old_tree(commit: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of ``commit`` of this repository, by ``git archive`` (the test is skipped
+    where that commit is not in this checkout)."""
+    commit = commit.strip()
     dest = tmp_path_factory.mktemp(f"old-{commit}")
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
     if archive.returncode != 0:
         pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
     return dest / "src"
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
+    return old_tree(str(request.param), tmp_path_factory)
 
 
 def _env(src: Path) -> dict[str, str]:
