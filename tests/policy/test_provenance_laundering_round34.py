@@ -112,7 +112,7 @@ async def _one_run(world: Domestic, request: str, *steps: ToolCall) -> list[str]
     return problems(result.events)
 
 
-async def _keep_then_pay(world: Keeping, written: str, payee: str, request: str = REQUEST) -> Any:
+async def _keep_then_pay(world: Domestic, written: str, payee: str, request: str = REQUEST) -> Any:
     kept = await _one_run(world, request, *READ, call("append_file", name="Paris", content=written))
     pay = call("transfer", recipient=payee, amount="200.00")
     return kept, await _one_run(world, PAY_FROM_NOTES, call("read_file", name="Paris"), pay)

@@ -39,19 +39,19 @@ reviewed before: a piece of it traced nowhere).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 import pytest
 from _travel import CTX
 from pydantic import Field
 from test_provenance_laundering_round30 import LISTED, OWN, PAY_FROM_NOTES, Domestic, _book_run
 from test_provenance_laundering_round33 import listed
-from test_provenance_round3 import host_for, problems, scripted
+from test_provenance_laundering_round34 import READ, REQUEST, _keep_then_pay, _one_run
+from test_provenance_round3 import problems, scripted
 from test_provenance_round19b import BOOK_RULES, BOOK_TRUST, MOM, Book
 
 from tether import Agent, Effect, Host, tool
 from tether.context import ContextConfig, Subagent
-from tether.core.messages import ToolCall
 from tether.policy._provenance_kept import kept_numbers, keypad
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
 from tether.policy._provenance_text import redials
@@ -61,8 +61,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
 ACCOUNT = "000123456789"  # the attacker's (round 30's)
 NEW_NUMBER = "+447700900123"  # the attacker's phone, as E.164 keeps it
-REQUEST = "Look at the Grand Hotel in Paris and its reviews and keep notes in the file Paris."
-READ = (call("get_hotels", city="Paris"), call("get_reviews", hotel="Grand Hotel"))
 MARKS = [":", "=", "#", ";", "|", " = ", "ー"]
 
 
@@ -150,18 +148,6 @@ class Digits(Domestic):
             r"\d+(?:[^\w\n]*(?:[^\w\s]|ー)[^\w\n]*\d+)+", lambda m: re.sub(r"\D", "", m[0]), text
         )
         return "appended"
-
-
-async def _one_run(world: Domestic, request: str, *steps: ToolCall) -> list[str]:
-    async with host_for(world) as host:
-        result = await host.run(Agent("act", scripted(*steps)), request, context=CTX)
-    return problems(result.events)
-
-
-async def _keep_then_pay(world: Domestic, written: str, payee: str, request: str = REQUEST) -> Any:
-    kept = await _one_run(world, request, *READ, call("append_file", name="Paris", content=written))
-    pay = call("transfer", recipient=payee, amount="200.00")
-    return kept, await _one_run(world, PAY_FROM_NOTES, call("read_file", name="Paris"), pay)
 
 
 @pytest.mark.parametrize("mark", MARKS)
