@@ -77,14 +77,18 @@ def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespa
 
 
 def _internal_error(args: argparse.Namespace, err: Exception) -> int:
-    """A failure no command turned into its own message (a bug): one line (the traceback with
-    ``TETHER_DEBUG=1``), exit 7, under ``--json`` the envelope last."""
+    """A failure no command turned into its own message: one that is no bug (``_no_bug``) says
+    so; a bug is one line (the traceback with ``TETHER_DEBUG=1``), exit 7. Under ``--json`` the
+    envelope comes last."""
     import os
     import traceback
 
-    from tether.clisupport.output import EXIT_CODES, USAGE, fail, missing_extra
-    from tether.sql._database import busy
+    from tether.clisupport.output import EXIT_CODES, fail
 
+    as_json = bool(getattr(args, "json", False))
+    if (known := _no_bug(err)) is not None:
+        error, code, why = known
+        return fail(f"tether {args.command}", why, as_json=as_json, code=code, error=error)
     debug = bool(os.environ.get("TETHER_DEBUG"))
     if debug:
         traceback.print_exc()
@@ -92,29 +96,34 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     message = f"unexpected error: {type(err).__name__}: {err}"
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
-    as_json = bool(getattr(args, "json", False))
-    if (needs := missing_extra(err)) is not None:  # no bug: an optional package is not installed
-        return fail(f"tether {args.command}", needs, as_json=as_json, code=USAGE, error="missing_extra")
-    if busy(err):  # no bug: another process (a worker, of any release) held a store's file
+    code = EXIT_CODES["internal_error"]
+    return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
+
+
+def _no_bug(err: Exception) -> tuple[str, int, str] | None:
+    """``(error, exit code, message)`` for a failure that is no bug though no command caught it:
+    an optional package not installed, a store another process held, a database lost."""
+    from tether.clisupport.output import EXIT_CODES, USAGE, missing_extra
+    from tether.sql._database import busy
+    from tether.sql._postgres import StoreUnavailable
+
+    if (needs := missing_extra(err)) is not None:
+        return "missing_extra", USAGE, needs
+    if busy(err):  # another process (a worker, of any release) held a store's file
         why = (
             f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"
             " command, of this release or another) held its write lock. The transaction that waited"
             " wrote nothing: run the command again once that process is done or stopped"
         )
-        code = EXIT_CODES["dependency_unavailable"]
-        return fail(f"tether {args.command}", why, as_json=as_json, code=code, error="store_busy")
-    from tether.sql._postgres import StoreUnavailable
-
-    if isinstance(err, StoreUnavailable):  # no bug: the database went away mid-command
+        return "store_busy", EXIT_CODES["dependency_unavailable"], why
+    if isinstance(err, StoreUnavailable):  # the database went away mid-command
         why = (
             f"the database was lost mid-command: {err}. A write whose commit outcome is unknown may"
             " or may not have been made: look (tether runs show, tether approvals list) before"
             " running the command again"
         )
-        code = EXIT_CODES["dependency_unavailable"]
-        return fail(f"tether {args.command}", why, as_json=as_json, code=code, error="store_unavailable")
-    code = EXIT_CODES["internal_error"]
-    return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
+        return "store_unavailable", EXIT_CODES["dependency_unavailable"], why
+    return None
 
 
 class _ReaderGone:
