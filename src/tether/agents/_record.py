@@ -45,7 +45,9 @@ def record_run(db: Path, run_id: str, af: AgentFile) -> Path:
         "base_dir": str(af.base_dir),
         "sha256": af.sha256,
         "text": af.text,
-        "spec": af.spec.model_dump(mode="json"),  # with the command line's overrides applied
+        # With the command line's overrides applied; fields at their defaults left out, as a file
+        # that does not name them, so a release that does not know a newer field still resumes it.
+        "spec": af.spec.model_dump(mode="json", exclude_defaults=True),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
