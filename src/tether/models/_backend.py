@@ -39,7 +39,6 @@ from tether.models._base import (
     ModelRequest,
     ModelResponse,
     finish_of,
-    offered_call_names,
     rejoined,
     shown_call_names,
     unique_call_ids,
@@ -424,15 +423,12 @@ class HTTPBackend(RetryingBackend):
         Token counts the server left out are estimated (``_estimate.unreported``; the
         response's ``meta["usage_estimated"]`` names them), so budgets still count the turn; a
         call whose id an earlier call has gets a new one (``_base.unique_call_ids``); a name
-        longer than any offered is kept bounded (``_base.shown_call_names``); one that means one
-        offered tool's name (space around it, a ``functions.`` namespace) is read as that name
-        (``_base.offered_call_names``)."""
+        longer than any offered is kept bounded (``_base.shown_call_names``)."""
         body = self.encode(request)
         self._client.get()
 
         def settle(response: ModelResponse) -> ModelResponse:
             response = unique_call_ids(request.messages, response)  # an id an earlier call has
-            response = offered_call_names(request, response)  # ``functions.read_order``
             response = shown_call_names(request, response)  # a name no offered tool's, of 50 KB
             response, estimated = unreported(request, response)
             if estimated and (price := self.price_of(response.model)) is not None:

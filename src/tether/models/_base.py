@@ -22,7 +22,6 @@ __all__ = [
     "larger_usage",
     "later_finish",
     "may_hold_half",
-    "offered_call_names",
     "paired",
     "repeated_prefix",
     "short_call_id",
@@ -321,54 +320,6 @@ def _offered_names(tools: tuple[dict[str, Any], ...]) -> list[str]:
         if isinstance(name := (inner if isinstance(inner, dict) else tool).get("name"), str):
             names.append(name)
     return names
-
-
-# Namespaces a model writes before a tool's name, not part of it: ``functions.`` (how OpenAI's
-# models see their tools, leaked into a call's name by open-weight ones and some proxies),
-# ``default_api.`` (Gemini's) and ``mcp__`` (how Claude Code names an MCP server's tools,
-# ``mcp__srv__tool``, where tether offers ``srv__tool``). Only these: another word before a dot
-# may name another tool.
-_NAMESPACES = ("functions.", "default_api.", "mcp__")
-
-
-def _offered_name(name: str, offered: list[str]) -> str | None:
-    """The one offered name ``name`` means, when it is no offered name itself: the same name
-    with space around it (no provider takes space in a tool name), after a namespace of
-    ``_NAMESPACES``, or in other letter case where one offered name alone matches so; else None
-    (an unknown tool, refused as before)."""
-    bare = name.strip()
-    for namespace in _NAMESPACES:
-        if bare.startswith(namespace) and bare[len(namespace) :] in offered:
-            return bare[len(namespace) :]
-    if bare in offered:
-        return bare
-    folded = [n for n in offered if n.casefold() == bare.casefold()]
-    return folded[0] if len(folded) == 1 else None
-
-
-def offered_call_names(request: ModelRequest, response: ModelResponse) -> ModelResponse:
-    """The response with each tool call whose name is no offered tool's but means exactly one
-    (``_offered_name``: ``"read_order\\n"``, ``functions.read_order``, ``default_api.read_order``,
-    ``mcp__srv__lookup``, ``Read_Order``) named as offered: before, the call was an unknown
-    tool's, refused, where the model's intent was plain. The call still meets the gate and the
-    policy as the offered tool's (its contract, its rules), with the arguments as sent.
-    ``meta["call_names_read"]`` lists each ``[sent, read]``. The same response when every name
-    is offered or none is meant (the usual case)."""
-    calls = response.message.tool_calls
-    offered = _offered_names(request.tools) if calls else []
-    if all(c.name in offered for c in calls):
-        return response
-    read: list[list[str]] = []
-    fresh: list[ToolCall] = []
-    for call in calls:
-        if call.name not in offered and (name := _offered_name(call.name, offered)) is not None:
-            read.append([call.name, name])
-            call = replace(call, name=name)
-        fresh.append(call)
-    if not read:
-        return response
-    message = replace(response.message, tool_calls=tuple(fresh))
-    return replace(response, message=message, meta={**response.meta, "call_names_read": read})
 
 
 def shown_call_names(request: ModelRequest, response: ModelResponse) -> ModelResponse:

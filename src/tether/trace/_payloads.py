@@ -88,7 +88,6 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "reasoning_not_kept": int,  # reasoning items that could not be sent back (no id), not kept
         "call_ids_renamed": list[list[str]],  # [old, new] per call whose id an earlier call had
         "call_names_shortened": list[list[Any]],  # [shown, length] per call named past every tool
-        "call_names_read": list[list[str]],  # [sent, read] per call read as an offered tool
         "stream_restarts": int,  # completions a stream began again (a proxy's retry): the last read
     },
     EventKind.MODEL_ERROR: {
