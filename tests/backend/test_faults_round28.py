@@ -61,6 +61,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case
 from test_faults_round4 import SERVERS4, Raw, head_body
+from test_faults_round15 import walk_dicts
 from test_faults_round26 import text_twice
 
 from tether_testing.fake_server import Reply
@@ -116,24 +117,17 @@ def text_as(value: Callable[[str], Any]) -> Callable[[str, bool, list[Any]], lis
     Responses text part, delta or done text) holding ``value(text)`` in place of the text."""
 
     def edit(p: str, s: bool, items: list[Any]) -> list[Any]:
-        def walk(v: Any) -> None:
-            if isinstance(v, dict):
-                kind = v.get("type")
-                texts = ("text", "output_text", "text_delta", "response.output_text.done")
-                if kind in texts and isinstance(v.get("text"), str) and v["text"]:
-                    v["text"] = value(v["text"])
-                if kind == "response.output_text.delta":
-                    v["delta"] = value(v["delta"])
-                if p == "openai-chat" and isinstance(v.get("content"), str) and v["content"]:
-                    v["content"] = value(v["content"])
-                for x in v.values():
-                    walk(x)
-            elif isinstance(v, list):
-                for x in v:
-                    walk(x)
+        def fix(v: dict[str, Any]) -> None:
+            kind = v.get("type")
+            texts = ("text", "output_text", "text_delta", "response.output_text.done")
+            if kind in texts and isinstance(v.get("text"), str) and v["text"]:
+                v["text"] = value(v["text"])
+            if kind == "response.output_text.delta":
+                v["delta"] = value(v["delta"])
+            if p == "openai-chat" and isinstance(v.get("content"), str) and v["content"]:
+                v["content"] = value(v["content"])
 
-        walk(items)
-        return items
+        return walk_dicts(items, fix)
 
     return edit
 
