@@ -8,14 +8,26 @@ from typing import Any
 
 from tether.console import _app  # its deadlines, read when used (a test shortens them)
 
-__all__ = ["ACCEPT_BACKLOG", "MAX_AHEAD", "MAX_CONNECTIONS", "connection_cap", "deadline_protocol"]
+__all__ = [
+    "ACCEPT_BACKLOG",
+    "BURSTS_IN_FLIGHT",
+    "MAX_AHEAD",
+    "MAX_CONNECTIONS",
+    "connection_cap",
+    "deadline_protocol",
+]
 
 # Connections the console holds open at most (``connection_cap``): never more than half the
 # descriptors the process may open, the rest left to its stores, traces and MCP servers.
 MAX_CONNECTIONS = 4096
 # Connections waiting to be accepted (the listen queue): the event loop accepts as many at once,
 # each a descriptor, before the cap is applied to any (uvicorn's default is 2048).
-ACCEPT_BACKLOG = 128
+ACCEPT_BACKLOG = 64
+# Accept bursts whose descriptors may be open beyond the cap: asyncio accepts a burst in one turn
+# of its loop, makes each connection's protocol in the next, calls ``connection_made`` (where the
+# cap closes one) in the one after, and frees the closed one's descriptor a turn later, while each
+# of those turns accepts a burst of its own.
+BURSTS_IN_FLIGHT = 3
 # Bytes a client may send past a request it has sent whole and not yet had the answer to (the
 # next requests, pipelined): past it the connection is read no further until that answer is sent.
 MAX_AHEAD = 64 * 1024
@@ -23,8 +35,10 @@ MAX_AHEAD = 64 * 1024
 
 def connection_cap() -> int:
     """The connections ``tether serve`` holds open at once: ``MAX_CONNECTIONS``, or half of the
-    process's open-file limit, less ``ACCEPT_BACKLOG``, where that is less (``RLIMIT_NOFILE``,
-    often 1024)."""
+    process's open-file limit (``RLIMIT_NOFILE``, often 1024), less the ``BURSTS_IN_FLIGHT``
+    accept bursts of ``ACCEPT_BACKLOG`` each that may be open before the cap reaches them, where
+    that is less. A cap less the one burst accepted at once let a flood, whose connections the
+    loop accepted faster than it closed them, take every descriptor ("Too many open files")."""
     try:
         import resource
     except ImportError:  # not POSIX
@@ -32,7 +46,7 @@ def connection_cap() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return MAX_CONNECTIONS
-    return max(8, min(MAX_CONNECTIONS, soft // 2 - ACCEPT_BACKLOG))
+    return max(8, min(MAX_CONNECTIONS, soft // 2 - BURSTS_IN_FLIGHT * ACCEPT_BACKLOG))
 
 
 def deadline_protocol(max_connections: int | None = None) -> type[asyncio.Protocol]:
