@@ -59,7 +59,7 @@ from tether.policy._provenance_labels import (
     normalise,
     shape_kind,
 )
-from tether.policy._provenance_mentions import chosen_in_request, refused
+from tether.policy._provenance_mentions import chosen_in_request, piece_of_number, refused
 from tether.policy._provenance_naming import VOUCHING, Naming
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -361,6 +361,8 @@ class ProvenanceIndex(Naming, Steering):
             found.append((Origin("user", USER, "contained"), None))
         if found and numeric is None and not chosen_in_request(self.user_text, text, self._whole):
             found = []  # the request refuses it, reports it, or gives a longer name holding it
+        if found and party and piece_of_number(self.objective, value):
+            found = []  # some groups of a number the request gives whole: another party's
         # Trusted host context: an entry of the kind the value is for.
         if self.directory.vouches(text, kind):
             found.append((Origin("host", DIRECTORY, "exact"), None))

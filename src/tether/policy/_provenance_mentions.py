@@ -17,6 +17,10 @@ A mention does not choose its name where:
   the user's "Le Marais Boutique", a member "Dora" inside the user's "Dora Smith"): the user
   named the longer one, and a record someone named after a part of it is theirs, not the user's.
 
+A party's number is chosen only whole (``piece_of_number``): the groups ``20 7946 0958`` of the
+user's ``+44 20 7946 0958``, or ``3704 0044 0532 0130 00`` of a grouped IBAN, stand in the
+request on word boundaries, but a phone or a bank given them reaches another party.
+
 A name the request also mentions in a way that chooses it stays the user's; a value the request
 holds in no whole-word mention is left as the caller traced it.
 """
@@ -26,9 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tether.policy._provenance_text import contains_whole, in_question
+from tether.policy._provenance_text import alnum_key, contains_whole, in_question
+from tether.policy._provenance_values import find_handles, find_numbers
 
-__all__ = ["chosen_in_request", "refused"]
+__all__ = ["chosen_in_request", "piece_of_number", "refused"]
 
 _REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
 _REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
@@ -66,6 +71,18 @@ def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -
         return True
     covered = _covered_by(user_text, needle, longer)
     return any(_chooses(user_text, start, end) and not _inside(start, end, covered) for start, end in spans)
+
+
+def piece_of_number(request: str, value: str) -> bool:
+    """Whether ``value`` holds digits and the request writes its letters and digits only as a
+    part of a longer number or account it states (``find_numbers``, ``find_handles``: a phone's
+    or an IBAN's groups, read as one value), never as a whole one: the groups a destination
+    gives of it dial or pay another party than the one the user gave."""
+    key = alnum_key(value)
+    if not any(c.isdigit() for c in key):
+        return False
+    wholes = {alnum_key(n) for n in (*find_numbers(request), *find_handles(request))}
+    return key not in wholes and any(key in whole for whole in wholes)
 
 
 def _chooses(text: str, start: int, end: int) -> bool:
