@@ -17,6 +17,12 @@ A mention does not choose its name where:
   the user's "Le Marais Boutique", a member "Dora" inside the user's "Dora Smith"): the user
   named the longer one, and a record someone named after a part of it is theirs, not the user's.
 
+A plain word of the request (``user:word``, not written as a name) chooses a destination only
+where the request places it as one (``placed``): beside a word for a place messages go
+("the random channel", "channel random", "#random") or after a word that sends to one ("post
+in random", "send it to random"). "Post a summary of what people asked" chooses no channel
+named ``summary`` or ``asked``: anyone who opens a channel so named would receive the post.
+
 A party's number is chosen only whole (``piece_of_number``): the groups ``20 7946 0958`` of the
 user's ``+44 20 7946 0958``, or ``3704 0044 0532 0130 00`` of a grouped IBAN, stand in the
 request on word boundaries, but a phone or a bank given them reaches another party.
@@ -33,7 +39,7 @@ from collections.abc import Iterable
 from tether.policy._provenance_text import alnum_key, contains_whole, in_question
 from tether.policy._provenance_values import find_handles, find_numbers
 
-__all__ = ["chosen_in_request", "piece_of_number", "refused"]
+__all__ = ["chosen_in_request", "piece_of_number", "placed", "refused"]
 
 _REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
 _REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
@@ -71,6 +77,37 @@ def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -
         return True
     covered = _covered_by(user_text, needle, longer)
     return any(_chooses(user_text, start, end) and not _inside(start, end, covered) for start, end in spans)
+
+
+# Words for a place a message, a member or a file goes (beside a plain word, they make it one)
+# and words that send to the place after them (with an article or a possessive between).
+_PLACES = "channel channels room rooms group groups chat chats thread threads space spaces team teams "
+_PLACES += "list lists board boards folder folders workspace server forum topic stream"
+_PLACE_NOUNS = frozenset(_PLACES.split(" "))
+_INTO = frozenset(["in", "into", "to", "on", "onto", "at", "via"])
+_ARTICLES = frozenset(["the", "a", "an", "our", "my", "your", "their", "this", "that"])
+_PLACE_WORD = re.compile(r"#?[\w'’-]+")
+
+
+def placed(user_text: str, word: str) -> bool:
+    """Whether the (normalised) request places the plain ``word`` as a destination in some
+    mention of it (see the module docstring): after ``#``, beside a place noun, or after a word
+    that sends to a place, an article or possessive allowed between."""
+    tokens = _PLACE_WORD.findall(user_text)
+    for i, token in enumerate(tokens):
+        if token.lstrip("#") != word:
+            continue
+        if token.startswith("#"):
+            return True
+        before = tokens[max(0, i - 2) : i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if nxt in _PLACE_NOUNS or (before and before[-1] in _PLACE_NOUNS):
+            return True
+        if before and before[-1] in _ARTICLES:
+            before = before[:-1]
+        if before and before[-1] in _INTO:
+            return True
+    return False
 
 
 def piece_of_number(request: str, value: str) -> bool:
