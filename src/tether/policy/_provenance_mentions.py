@@ -9,8 +9,9 @@ A mention does not choose its name where:
   "I hated Riverside View", "everyone but Eve"), but not a reminder ("do not forget to invite
   Mark");
 - it stands in the *content of a message* to someone else ("tell Alice that Eve said hi",
-  "reply to Bob saying Eve is late", "message Carol: Eve is in"): what the user has said, not
-  whom or what the agent is to act on;
+  "reply to Bob saying Eve is late", "message Carol: Eve is in", "email alice@x.example that
+  bob@y.example joins", "send her an email saying …"): what the user has said, not whom or
+  what the agent is to act on;
 - it stands in a clause that *asks a question* about it ("Is Eve in general?", "Who is Eve?";
   "can you invite Eve?" is a request);
 - it is *part of a longer name* the run read whole that the request gives ("Le Marais" inside
@@ -58,6 +59,14 @@ _WORD = re.compile(r"[\w'’]+")
 # A message to someone else, then the words it is to carry.
 _MESSAGE = "tell|telling|ask|remind|inform|notify|say|write|message|reply|answer|dm|let"
 _CONTENT = re.compile(rf"\b(?:{_MESSAGE})\b[^.!?;\n]*?(?:\bthat\b|\bsaying\b|:)")
+# The same with a verb of mail or text, or an address between (its dots end no sentence): "email
+# alice@x.example that bob@y.example said hi", "send her an email saying …", "text Bob: …".
+_MAIL = rf"e-?mail|mail|text|sms|{_MESSAGE}"
+_IN_SENTENCE = r"(?:[^.!?;\n]|\.(?!\s|$))*?"
+_MAILED = re.compile(
+    rf"\b(?:{_MAIL})\b(?:\s+(?:to\s+)?(?!to\b)[^\s,;:!?]+)?(?:\s+(?:that|saying)\b|:)"
+    rf"|\b(?:{_MAIL})\b{_IN_SENTENCE}(?:\bsaying\b|\bto\s+say\b|\bletting\s+\w+\s+know\b|\bmention(?:ing)?\s+that\b)"
+)
 # What ends the content of a message: a new clause joined after a comma ("…, and invite Dora"),
 # or "and" with an action the agent is asked for ("… the party is on and invite Eve").
 _ACTIONS = "invite|add|send|post|share|book|reserve|create|delete|remove|schedule|cancel|reply|forward|pay|"
@@ -174,10 +183,11 @@ def refused(text: str, start: int, end: int) -> bool:
 def _reported(text: str, start: int) -> bool:
     """Whether the mention at ``start`` stands in the content of a message to someone else."""
     sentence = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    for m in _CONTENT.finditer(text, sentence, start):
-        stop = _CONTENT_END.search(text, m.end())
-        if stop is None or stop.start() >= start:
-            return True
+    for content in (_CONTENT, _MAILED):
+        for m in content.finditer(text, sentence, start):
+            stop = _CONTENT_END.search(text, m.end())
+            if stop is None or stop.start() >= start:
+                return True
     return False
 
 
