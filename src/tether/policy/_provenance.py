@@ -59,7 +59,7 @@ from tether.policy._provenance_labels import (
     normalise,
     shape_kind,
 )
-from tether.policy._provenance_mentions import chosen_in_request, refused
+from tether.policy._provenance_mentions import chosen_in_request, piece_of_number, placed, refused
 from tether.policy._provenance_naming import VOUCHING, Naming
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -340,6 +340,9 @@ class ProvenanceIndex(Naming, Steering):
             named = self._parties[id(seg)] = [alnum_key(h) for h in found]
         return any(key in n for n in named)
 
+    def _piece(self, value: str, seg: Segment | None) -> bool:
+        return piece_of_number(self.objective if seg is None else seg.raw, value)
+
     def _trace(self, value: str, kind: str | None, cased: bool = False, party: bool = False) -> list[Origin]:
         text = normalise(value)
         if not text:
@@ -356,7 +359,8 @@ class ProvenanceIndex(Naming, Steering):
         elif single:
             if len(text) >= 3 and text in self._user_words:
                 trust = USER if text in self._user_names else USER_WORD
-                found.append((Origin("user", trust, "word"), None))
+                if trust == USER or not party or placed(self.user_text, text):  # a word as a place
+                    found.append((Origin("user", trust, "word"), None))
         elif not short and (contains_whole(self.user_text, text) or text in self.request_handles()):
             found.append((Origin("user", USER, "contained"), None))
         if found and numeric is None and not chosen_in_request(self.user_text, text, self._whole):
@@ -387,6 +391,8 @@ class ProvenanceIndex(Naming, Steering):
                     found.append((Origin("tool", seg.label.trust, "contained", seg.label), seg))
         if party and (named := party_key(value)):
             found = [(o, s) for o, s in found if s is None or self._names_party(s, named)]
+        if party:  # some groups of a number its source gives whole dial or pay another party
+            found = [(o, s) for o, s in found if o.kind == "host" or not self._piece(value, s)]
         if cased:
             found = [
                 (o, s)

@@ -9,13 +9,24 @@ A mention does not choose its name where:
   "I hated Riverside View", "everyone but Eve"), but not a reminder ("do not forget to invite
   Mark");
 - it stands in the *content of a message* to someone else ("tell Alice that Eve said hi",
-  "reply to Bob saying Eve is late", "message Carol: Eve is in"): what the user has said, not
-  whom or what the agent is to act on;
+  "reply to Bob saying Eve is late", "message Carol: Eve is in", "email alice@x.example that
+  bob@y.example joins", "send her an email saying …"): what the user has said, not whom or
+  what the agent is to act on;
 - it stands in a clause that *asks a question* about it ("Is Eve in general?", "Who is Eve?";
   "can you invite Eve?" is a request);
 - it is *part of a longer name* the run read whole that the request gives ("Le Marais" inside
   the user's "Le Marais Boutique", a member "Dora" inside the user's "Dora Smith"): the user
   named the longer one, and a record someone named after a part of it is theirs, not the user's.
+
+A plain word of the request (``user:word``, not written as a name) chooses a destination only
+where the request places it as one (``placed``): beside a word for a place messages go
+("the random channel", "channel random", "#random") or after a word that sends to one ("post
+in random", "send it to random"). "Post a summary of what people asked" chooses no channel
+named ``summary`` or ``asked``: anyone who opens a channel so named would receive the post.
+
+A party's number is chosen only whole (``piece_of_number``): the groups ``20 7946 0958`` of the
+user's ``+44 20 7946 0958``, or ``3704 0044 0532 0130 00`` of a grouped IBAN, stand in the
+request on word boundaries, but a phone or a bank given them reaches another party.
 
 A name the request also mentions in a way that chooses it stays the user's; a value the request
 holds in no whole-word mention is left as the caller traced it.
@@ -26,9 +37,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tether.policy._provenance_text import contains_whole, in_question
+from tether.policy._provenance_text import alnum_key, contains_whole, in_question
+from tether.policy._provenance_values import find_handles, find_numbers
 
-__all__ = ["chosen_in_request", "refused"]
+__all__ = ["chosen_in_request", "piece_of_number", "placed", "refused"]
 
 _REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
 _REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
@@ -47,6 +59,14 @@ _WORD = re.compile(r"[\w'’]+")
 # A message to someone else, then the words it is to carry.
 _MESSAGE = "tell|telling|ask|remind|inform|notify|say|write|message|reply|answer|dm|let"
 _CONTENT = re.compile(rf"\b(?:{_MESSAGE})\b[^.!?;\n]*?(?:\bthat\b|\bsaying\b|:)")
+# The same with a verb of mail or text, or an address between (its dots end no sentence): "email
+# alice@x.example that bob@y.example said hi", "send her an email saying …", "text Bob: …".
+_MAIL = rf"e-?mail|mail|text|sms|{_MESSAGE}"
+_IN_SENTENCE = r"(?:[^.!?;\n]|\.(?!\s|$))*?"
+_MAILED = re.compile(
+    rf"\b(?:{_MAIL})\b(?:\s+(?:to\s+)?(?!to\b)[^\s,;:!?]+)?(?:\s+(?:that|saying)\b|:)"
+    rf"|\b(?:{_MAIL})\b{_IN_SENTENCE}(?:\bsaying\b|\bto\s+say\b|\bletting\s+\w+\s+know\b|\bmention(?:ing)?\s+that\b)"
+)
 # What ends the content of a message: a new clause joined after a comma ("…, and invite Dora"),
 # or "and" with an action the agent is asked for ("… the party is on and invite Eve").
 _ACTIONS = "invite|add|send|post|share|book|reserve|create|delete|remove|schedule|cancel|reply|forward|pay|"
@@ -66,6 +86,49 @@ def chosen_in_request(user_text: str, needle: str, longer: Iterable[str] = ()) -
         return True
     covered = _covered_by(user_text, needle, longer)
     return any(_chooses(user_text, start, end) and not _inside(start, end, covered) for start, end in spans)
+
+
+# Words for a place a message, a member or a file goes (beside a plain word, they make it one)
+# and words that send to the place after them (with an article or a possessive between).
+_PLACES = "channel channels room rooms group groups chat chats thread threads space spaces team teams "
+_PLACES += "list lists board boards folder folders workspace server forum topic stream"
+_PLACE_NOUNS = frozenset(_PLACES.split(" "))
+_INTO = frozenset(["in", "into", "to", "on", "onto", "at", "via"])
+_ARTICLES = frozenset(["the", "a", "an", "our", "my", "your", "their", "this", "that"])
+_PLACE_WORD = re.compile(r"#?[\w'’-]+")
+
+
+def placed(user_text: str, word: str) -> bool:
+    """Whether the (normalised) request places the plain ``word`` as a destination in some
+    mention of it (see the module docstring): after ``#``, beside a place noun, or after a word
+    that sends to a place, an article or possessive allowed between."""
+    tokens = _PLACE_WORD.findall(user_text)
+    for i, token in enumerate(tokens):
+        if token.lstrip("#") != word:
+            continue
+        if token.startswith("#"):
+            return True
+        before = tokens[max(0, i - 2) : i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        if nxt in _PLACE_NOUNS or (before and before[-1] in _PLACE_NOUNS):
+            return True
+        if before and before[-1] in _ARTICLES:
+            before = before[:-1]
+        if before and before[-1] in _INTO:
+            return True
+    return False
+
+
+def piece_of_number(request: str, value: str) -> bool:
+    """Whether ``value`` holds digits and the request writes its letters and digits only as a
+    part of a longer number or account it states (``find_numbers``, ``find_handles``: a phone's
+    or an IBAN's groups, read as one value), never as a whole one: the groups a destination
+    gives of it dial or pay another party than the one the user gave."""
+    key = alnum_key(value)
+    if not any(c.isdigit() for c in key):
+        return False
+    wholes = {alnum_key(n) for n in (*find_numbers(request), *find_handles(request))}
+    return key not in wholes and any(key in whole for whole in wholes)
 
 
 def _chooses(text: str, start: int, end: int) -> bool:
@@ -120,10 +183,11 @@ def refused(text: str, start: int, end: int) -> bool:
 def _reported(text: str, start: int) -> bool:
     """Whether the mention at ``start`` stands in the content of a message to someone else."""
     sentence = max((m.end() for m in _SENTENCE_END.finditer(text, 0, start)), default=0)
-    for m in _CONTENT.finditer(text, sentence, start):
-        stop = _CONTENT_END.search(text, m.end())
-        if stop is None or stop.start() >= start:
-            return True
+    for content in (_CONTENT, _MAILED):
+        for m in content.finditer(text, sentence, start):
+            stop = _CONTENT_END.search(text, m.end())
+            if stop is None or stop.start() >= start:
+                return True
     return False
 
 
