@@ -421,6 +421,7 @@ class _Pages:
         mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut
         visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
         rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
+        rows = await self.sources.seen_runs(me, rows)  # checkpoints read for the rows shown only
         return self.render(
             request,
             "runs.html",
