@@ -204,7 +204,8 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     flt = replace(run_filter(request.query_params), visible=p.tenants("viewer"))
-    rows = [r.to_json() for r in await sources.runs(flt) if p.sees(r.tenant)]
+    seen = await sources.seen_runs(p, [r for r in await sources.runs(flt) if p.sees(r.tenant)])
+    rows = [r.to_json() for r in seen]
     return {"count": len(rows), "runs": rows}
 
 

@@ -396,7 +396,8 @@ async def url_requests(
     """URL-mode elicitations recorded in traces (newest first), with their domains decoded."""
     out: list[dict[str, Any]] = []
     # The principal's most recent runs: a page load stays cheap.
-    for run in await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
+    runs = await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50)
+    for run in await sources.seen_runs(principal, runs):
         asked = await sources.scan(run.run_id, ["mcp_elicitation"], lambda e: bool(e.get("url")), limit)
         for e in asked:
             out.append(

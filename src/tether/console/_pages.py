@@ -182,6 +182,18 @@ def page_routes(console: Console) -> list[Route]:
     ]
 
 
+class _Html(HTMLResponse):
+    """A page in UTF-8, each lone surrogate in it written as its escape (``\\ud800``, as ``reveal``
+    shows one): a trace's or a server's JSON may hold ``"\\ud800"``, which no UTF-8 holds, and one
+    anywhere a page drew it raw (a run's agent among the runs page's filters) made the page a
+    server error for every reader, each of the tenant's runs hidden with it."""
+
+    def render(self, content: Any) -> bytes:
+        if isinstance(content, str):
+            return content.encode("utf-8", "backslashreplace")
+        return bytes(super().render(content))
+
+
 class _Pages:
     """What every page shares: the templates, the gate, the sources, the sign-in throttle."""
 
@@ -201,7 +213,7 @@ class _Pages:
             has_servers=self.sources.mcp_config is not None,
             **ctx,
         )
-        response = HTMLResponse(html, status_code=code)
+        response = _Html(html, status_code=code)
         if notice:
             self.gate.forget_notice(response)  # said once
         return response
@@ -421,6 +433,7 @@ class _Pages:
         mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut
         visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
         rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
+        rows = await self.sources.seen_runs(me, rows)  # checkpoints read for the rows shown only
         return self.render(
             request,
             "runs.html",

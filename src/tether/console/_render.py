@@ -115,8 +115,11 @@ def plain(value: Any, limit: int = 200) -> str:
 
 def segment(value: Any) -> str:
     """``value`` as one URL path segment: every reserved character percent-encoded, and ``.``
-    and ``..`` too, so an id can never lead a link or a form to another path."""
-    text = quote(value if isinstance(value, str) else str(value), safe="")
+    and ``..`` too, so an id can never lead a link or a form to another path. A lone surrogate
+    (a trace's JSON ``"\\ud800"``), which no UTF-8 holds, is written as its escape, as ``reveal``
+    shows it: it made the page that links it (a run's, by a rule or proposal its trace names) a
+    server error for every reader."""
+    text = quote(value if isinstance(value, str) else str(value), safe="", errors="backslashreplace")
     return text.replace(".", "%2E") if text in (".", "..") else text
 
 

@@ -115,14 +115,27 @@ class ConsoleSources:
         (a trace under its id naming another tenant, another run's or a file put there, shows the
         paused run's events to no other tenant). Raises ``Hidden`` (unknown, another tenant's)."""
         run = await self.summary(run_id)
-        if run is None or not principal.sees(run.tenant):
-            raise Hidden("run")
-        saved, tenant = await self.checkpoint(run_id)
-        if saved is not None and not principal.sees(tenant):
+        if run is None or not principal.sees(run.tenant) or not await self.seen_runs(principal, [run]):
             raise Hidden("run")
         if self.traces is None:
             return run, RunView()
         return run, await anyio.to_thread.run_sync(self.traces.view, run_id)
+
+    async def seen_runs(self, principal: Principal, runs: list[RunSummary]) -> list[RunSummary]:
+        """Of ``runs`` (selected by the tenant each trace names), those ``principal`` may see: each
+        whose checkpoint, where it has one, names a tenant it sees too. The one rule for a run's
+        page and API (``run``) and for every list of runs (the runs page and API, the URL requests
+        read from traces): a trace claiming the principal's tenant over another tenant's paused
+        run (a file put in the folder, its own start line gone) showed that run in the lists, its
+        stop, its proposal's id and the URLs its servers sent, where its page said 404."""
+        if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
+            return runs
+        kept = []
+        for run in runs:
+            saved, tenant = await self.checkpoint(run.run_id)
+            if saved is None or principal.sees(tenant):
+                kept.append(run)
+        return kept
 
     async def pins(self, server: str) -> dict[str, Any]:
         """The pins of ``server`` (none without a pin store)."""
