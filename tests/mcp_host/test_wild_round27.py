@@ -7,9 +7,8 @@ number of 5,000 digits in structured content, an error result with structured co
 schema does not describe, a ``ping`` or a ``tools/call`` asked of the host during a call, an
 answer framed with ``Content-Length`` as language servers frame theirs, progress after the answer,
 ``"result": null`` and a result without content; over HTTP, a ``307`` back to the same URL, a
-``308`` within the origin, ``500`` with an HTML page, ``429``, an empty JSON body, another session
-id given with an answer; the reference server's images, resource links, embedded resources,
-structured content and progress.
+``308`` within the origin, an empty JSON body, another session id given with an answer; the
+reference server's images, resource links, embedded resources, structured content and progress.
 
 Found:
 
@@ -19,7 +18,10 @@ Found:
   ("dependency_unavailable"), though it served the next request. The host now asks it a ``ping``:
   a server still answering fails that call alone, named, whether it took effect unknown; one
   that no longer knows the session (restarted) is begun anew, a read sent again and a write not;
-  only a server answering nothing is lost, as before.
+  only a server answering nothing is lost, as before;
+* a ``429`` or ``5xx`` answered with a page or text (a proxy's, a rate limiter's) reached the model
+  as the SDK's "Server returned an error response": it is now named by its status (and the wait a
+  ``429`` or ``503`` asks), the page itself never shown.
 """
 
 from __future__ import annotations
@@ -154,17 +156,29 @@ async def test_a_server_gone_under_a_call_is_still_lost(tmp_path: Path) -> None:
     assert "quarantined" in run.summary()["unavailable_servers"]["x"]
 
 
-async def test_http_answers_of_odd_statuses_and_bodies_fail_alone(tmp_path: Path) -> None:
+async def test_an_http_error_status_with_a_page_is_named_for_the_model(tmp_path: Path) -> None:
+    """``html`` is answered ``500`` with an HTML page, ``busy`` ``429`` asking to be retried in an
+    hour (as proxies, gateways and rate limiters answer): the model reads the status, and the
+    wait asked (before: "Server returned an error response", whatever the status); the page is
+    never shown; the session serves the next call."""
+    with _web() as (entry, seen):
+        said = (await _run(tmp_path, entry, ["html", "busy", "plain"])).seen("x__lookup")
+    assert _failed(said[0], "the server answered HTTP 500 Internal Server Error")
+    assert _failed(said[1], "HTTP 429 Too Many Requests (rate limited), asking to be retried after 3600s")
+    assert _value(said[2], "plain") and "<html>" not in "".join(said) and "slow down" not in "".join(said)
+    assert sum(s.startswith("initialize") for s in seen) == 2
+
+
+async def test_http_answers_of_odd_redirects_and_bodies_fail_alone(tmp_path: Path) -> None:
     """Already contained, kept: a ``307`` back to the same URL (not followed, named), a ``308``
-    within the origin (followed), ``500`` with an HTML page, ``429``, an empty JSON body, another
-    session id with an answer: each call fails or is served alone, the session kept."""
-    keys = ["loop", "away", "html", "busy", "empty", "newsession", "plain"]
+    within the origin (followed), an empty JSON body, another session id with an answer: each
+    call fails or is served alone, the session kept."""
+    keys = ["loop", "away", "empty", "newsession", "plain"]
     with _web() as (entry, seen):
         said = (await _run(tmp_path, entry, keys)).seen("x__lookup")
-    assert _failed(said[0], "not followed") and _value(said[1], "away")
-    assert _failed(said[2], "error response") and _failed(said[3], "error response")
-    assert _failed(said[4], "JSON") and _value(said[5], "newsession") and _value(said[6], "plain")
-    assert "<html>" not in "".join(said) and sum(s.startswith("initialize") for s in seen) == 2
+    assert _failed(said[0], "not followed") and _value(said[1], "away") and _failed(said[2], "JSON")
+    assert _value(said[3], "newsession") and _value(said[4], "plain")
+    assert sum(s.startswith("initialize") for s in seen) == 2
 
 
 async def test_a_stdio_server_answering_oddly_is_contained(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ connection):
   no request (``"id": null``) is the error of the request the POST carried;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
+  a 429 or 5xx whose body is no JSON (a proxy's page) is named by its status (``_httpstatus``);
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
   with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
 * a notification or answer POSTed and left unacknowledged is taken as accepted after
@@ -70,6 +71,7 @@ from tether.mcp._deep import FOREIGN, cut_deep_tools, cut_events, foreign_answer
 from tether.mcp._failures import AUTH_REFUSED, DROPPED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import BOM, FLOAT_ID
+from tether.mcp._httpstatus import refusal, status_failure
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -98,7 +100,6 @@ ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
 _NULL_ID = re.compile(rb'"id"\s*:\s*null')
-_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
 
 class _TooLarge(httpx2.StreamError):
@@ -245,8 +246,11 @@ class CappedTransport(httpx2.AsyncBaseTransport):
                 return gone
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
-            return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
+            return _replaced(response, _error(asked, AUTH_REFUSED, refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
+        if asked is not None and (named := status_failure(response, content_type)) is not None:
+            await response.aclose()
+            return _replaced(response, _error(asked, -32603, named))
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return _replaced(response, _Events(response.stream, self._limit, self._gate, asked))
@@ -539,22 +543,6 @@ def _id(ident: Any) -> str:
 
 def _error(asked: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": asked, "error": {"code": code, "message": message}}
-
-
-def _refusal(response: httpx2.Response) -> str:
-    """A 401 or 403, for the model and the person: what the server wants (its scheme's name only:
-    the rest of its header is the server's own text)."""
-    status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-    challenge = response.headers.get("www-authenticate", "")
-    scheme = m.group(1) if (m := _SCHEME.match(challenge)) else None
-    if response.status_code == 403:
-        return f"{status}: the server refused the host's credentials for this request"
-    wants = f"authorization ({scheme})" if scheme else "authorization"
-    oauth = " and names OAuth metadata" if "resource_metadata" in challenge else ""
-    return (
-        f"{status}: the server wants {wants}{oauth}; the host runs no OAuth flow: give the "
-        "server's token in its configured headers"
-    )
 
 
 class _CappedPolicy(DefaultCookiePolicy):
