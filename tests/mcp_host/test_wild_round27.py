@@ -21,7 +21,11 @@ Found:
   only a server answering nothing is lost, as before;
 * a ``429`` or ``5xx`` answered with a page or text (a proxy's, a rate limiter's) reached the model
   as the SDK's "Server returned an error response": it is now named by its status (and the wait a
-  ``429`` or ``503`` asks), the page itself never shown.
+  ``429`` or ``503`` asks), the page itself never shown;
+* an HTTP server closing the connection on a notification POSTed, with no answer (its handler
+  failing on a message with no id), ended the SDK's writer: the session was lost at once, and
+  the server could not even start. Such a notification is now taken as delivered, as one left
+  unacknowledged already was; a server gone fails the next request.
 """
 
 from __future__ import annotations
@@ -64,12 +68,12 @@ def _failed(said: str, why: str) -> bool:
 
 
 @contextmanager
-def _web(effect: str = "read") -> Iterator[tuple[dict[str, Any], list[str]]]:
+def _web(effect: str = "read", **kw: bool) -> Iterator[tuple[dict[str, Any], list[str]]]:
     """``wild27_web.py`` on 127.0.0.1: its config entry, and what it was sent."""
     seen: list[str] = []
     stop = threading.Event()
     try:
-        with serving(app(seen, stop)) as base:
+        with serving(app(seen, stop, **kw)) as base:
             entry = {"name": "x", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": effect}}
             yield {**entry, "timeout_s": 60}, seen
             stop.set()
@@ -154,6 +158,24 @@ async def test_a_server_gone_under_a_call_is_still_lost(tmp_path: Path) -> None:
     said = run.seen("x__lookup")[0]
     assert 'error="dependency_unavailable"' in said and "went away during x__lookup" in said
     assert "quarantined" in run.summary()["unavailable_servers"]["x"]
+
+
+async def test_a_server_closing_the_connection_on_each_notification_starts_and_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every notification POSTed has its connection closed with no answer (a handler failing on a
+    message with no id, as ``message["id"]`` does): before, the SDK's writer ended and the server
+    could not even start ("Connection closed"); now the notification is taken as delivered, named
+    on the terminal, and the calls are served."""
+    with _web(drop_notes=True) as (entry, seen):
+        said = (await _run(tmp_path, entry, ["a", "b"])).seen("x__lookup")
+    assert _value(said[0], "a") and _value(said[1], "b")
+    assert "notifications/initialized /mcp 's27-0'" in seen
+    logged = [r.getMessage() for r in caplog.records]
+    assert (
+        "[x] closed the connection on a notification (notifications/initialized): taken as delivered"
+        in logged
+    )
 
 
 async def test_an_http_error_status_with_a_page_is_named_for_the_model(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ retried in an hour; ``empty``: ``200`` JSON with no body; ``reset``: the connect
 answer; ``crash``: the same, the first time, the server then knowing no session it gave before (a
 server restarted, answering them ``404``); ``die``: the same, the server then gone (its port
 closed); ``newsession``: the answer naming another ``Mcp-Session-Id``.
-``hold_delete``: the ``DELETE`` ending the session is held until ``stop``.
+``hold_delete``: the ``DELETE`` ending the session is held until ``stop``; ``drop_notes``: every
+notification POSTed has its connection closed with no answer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ LOOKUP = {
 }
 
 
-def app(seen: list[str], stop: threading.Event, *, hold_delete: bool = False) -> type[Quiet]:
+def app(
+    seen: list[str], stop: threading.Event, *, hold_delete: bool = False, drop_notes: bool = False
+) -> type[Quiet]:
     """The handler class; ``seen`` gets each request's method, path and session header."""
     generation = [0]
 
@@ -51,6 +54,9 @@ def app(seen: list[str], stop: threading.Event, *, hold_delete: bool = False) ->
             if method != "initialize" and self.headers.get("Mcp-Session-Id") != session["Mcp_Session_Id"]:
                 return self.send_body(404, b"session not found", "text/plain")
             if ident is None or method is None:
+                if drop_notes and method is not None:
+                    self.close_connection = True
+                    return self.connection.close()
                 return self.send_body(202, **session)
             result: dict[str, Any] = {}
             if method == "tools/call":

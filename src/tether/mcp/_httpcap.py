@@ -46,7 +46,8 @@ connection):
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
   with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
 * a notification or answer POSTed and left unacknowledged is taken as accepted after
-  ``ACK_WAIT_S`` (the SDK sends nothing else until then);
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then), as is one whose connection the server
+  closed with no answer;
 * the cookies a server sets are kept up to ``MAX_COOKIES`` and ``MAX_COOKIE_CHARS`` in all
   (``cookie_jar``): every one was kept and sent back with each request, a server setting new
   ones with each answer grew the connection's jar and every request without bound.
@@ -283,10 +284,21 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         """A notification or an answer POSTed: the SDK sends the next message only once the
         server acknowledges it, so one left unacknowledged is taken as accepted after
         ``ACK_WAIT_S`` (a server holding the POST froze the whole session until httpx's read
-        timeout, which then ended the SDK's writer: every later call waited out its timeout)."""
+        timeout, which then ended the SDK's writer: every later call waited out its timeout), and
+        so is one whose connection the server closed with no answer (a handler failing on a
+        message with no id: the SDK's writer ended, the session lost, the server never started);
+        a server gone fails the next request."""
         request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
         with anyio.move_on_after(ACK_WAIT_S):
-            response, undecodable = _decoded(await self._inner.handle_async_request(request))
+            try:
+                response, undecodable = _decoded(await self._inner.handle_async_request(request))
+            except httpx2.RemoteProtocolError as err:
+                if not _GONE.search(str(err)):
+                    raise
+                logger.warning(
+                    "[%s] closed the connection on a %s: taken as delivered", self._server, _what(request)
+                )
+                return httpx2.Response(202, request=request)
             if undecodable is not None:
                 await response.aclose()
                 return _replaced(response, _Failing(_BadBody(undecodable)))
