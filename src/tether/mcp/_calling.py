@@ -18,6 +18,7 @@ from tether.errors import DependencyUnavailable, ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import (
+    DROPPED,
     REFUSED_AS_ASKED,
     STREAM_CHECK_S,
     Unavailable,
@@ -129,10 +130,16 @@ async def renewing(
         raise Unavailable(source.unavailable, quarantined=True)
     conns.append(await source._connect())
     if refused and unsent is not None:
+        said = (
+            f"closed the connection without answering {unsent}: it no longer knows the session (a "
+            f"new one is open), and whether {unsent} ran is unknown"
+            if DROPPED in why
+            else f"answered HTTP 400 to {unsent}: it no longer knows the session (a new one is "
+            f"open), and a 400 does not say whether {unsent} ran"
+        )
         raise Unavailable(
-            f"MCP server {source.name} answered HTTP 400 to {unsent}: it no longer knows the session "
-            f"(a new one is open), and a 400 does not say whether {unsent} ran, so it was not sent "
-            "again: check whether it took effect before calling it again",
+            f"MCP server {source.name} {said}, so it was not sent again: check whether it took "
+            "effect before calling it again",
             cause="session_lost",
         )
     return await conns[-1].run(fn)

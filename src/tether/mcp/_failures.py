@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTH_REFUSED",
+    "DROPPED",
     "REFUSED_AS_ASKED",
     "SESSION_GONE",
     "SESSION_REFUSED",
@@ -73,6 +74,9 @@ SESSION_REFUSED = -31400
 # server maps the code to (the 2026-07-28 revision has -32601 at 404 and -32602 at 400); the SDK's
 # stand-ins for an HTTP status, and a server's words for a session it no longer knows, use others.
 REFUSED_AS_ASKED = (-32601, -32602)
+# What a request whose connection the server closed with no answer fails with (``_httpcap``), its
+# session gone or not: it may have run.
+DROPPED = "the server closed the connection without answering this request"
 # How long a stdio server whose connection ended under a call is given to exit, for its exit status
 # and last stderr lines (a process tearing down closes its output before it writes its last words).
 EXIT_WAIT_S = 1.0

@@ -21,7 +21,12 @@ connection):
   next request, the connection closing as "Connection closed" with no reason given;
 * an answer httpx cannot read (headers past h11's limit, broken chunked framing) fails the
   request it answers, named, as an answer too large does: it ended the SDK's writer, the
-  session lost as "Connection closed" (a server that closed the connection is still lost);
+  session lost as "Connection closed";
+* a connection closed with no answer (or in the middle of one) to a request is asked a ``ping``
+  (``_dropped``): a server still answering failed that request alone (a worker restarted, a proxy
+  or load balancer dropping the connection), whether it took effect unknown, and one that no
+  longer knows the session lost it (``SESSION_REFUSED``: the request may have run); only a server
+  answering nothing within ``ACK_WAIT_S`` is lost (before, any such close quarantined the server);
 * a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
   says so, never a server's words (its own sign-in "session expired" answered at 200 had the
   host start a new session and send the call again), unless its JSON-RPC error names the request
@@ -37,10 +42,12 @@ connection):
   no request (``"id": null``) is the error of the request the POST carried;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
+  a 429 or 5xx whose body is no JSON (a proxy's page) is named by its status (``_httpstatus``);
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
   with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
 * a notification or answer POSTed and left unacknowledged is taken as accepted after
-  ``ACK_WAIT_S`` (the SDK sends nothing else until then);
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then), as is one whose connection the server
+  closed with no answer;
 * the cookies a server sets are kept up to ``MAX_COOKIES`` and ``MAX_COOKIE_CHARS`` in all
   (``cookie_jar``): every one was kept and sent back with each request, a server setting new
   ones with each answer grew the connection's jar and every request without bound.
@@ -62,9 +69,10 @@ import httpx2
 from tether.mcp._bulk import counted
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import FOREIGN, cut_deep_tools, cut_events, foreign_answer
-from tether.mcp._failures import AUTH_REFUSED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
+from tether.mcp._failures import AUTH_REFUSED, DROPPED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import BOM, FLOAT_ID
+from tether.mcp._httpstatus import refusal, status_failure
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -93,7 +101,6 @@ ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
 _NULL_ID = re.compile(rb'"id"\s*:\s*null')
-_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
 
 class _TooLarge(httpx2.StreamError):
@@ -220,9 +227,9 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         try:
             response, undecodable = _decoded(await self._inner.handle_async_request(request))
         except httpx2.RemoteProtocolError as err:
-            if asked is None or _GONE.search(str(err)):
+            if asked is None or (failed := await self._unread(request, err)) is None:
                 raise  # the server gone, not its answer: the connection is lost
-            return httpx2.Response(200, json=_error(asked, -32603, _malformed(err)), request=request)
+            return httpx2.Response(200, json={**failed, "id": asked}, request=request)
         if undecodable is not None:
             await response.aclose()
             if asked is not None:
@@ -240,8 +247,11 @@ class CappedTransport(httpx2.AsyncBaseTransport):
                 return gone
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
-            return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
+            return _replaced(response, _error(asked, AUTH_REFUSED, refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
+        if asked is not None and (named := status_failure(response, content_type)) is not None:
+            await response.aclose()
+            return _replaced(response, _error(asked, -32603, named))
         if content_type.startswith("text/event-stream"):  # each event capped by the SDK
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return _replaced(response, _Events(response.stream, self._limit, self._gate, asked))
@@ -255,9 +265,9 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         except (_TooLarge, _BadBody) as err:
             return _replaced(response, _Failing(err))
         except httpx2.RemoteProtocolError as err:
-            if _GONE.search(str(err)):
+            if (failed := await self._unread(request, err)) is None:
                 raise
-            return _replaced(response, _error(asked, -32603, _malformed(err)))
+            return _replaced(response, {**failed, "id": asked})
         finally:
             await stream.aclose()
         body = _mended(body, asked)
@@ -274,10 +284,21 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         """A notification or an answer POSTed: the SDK sends the next message only once the
         server acknowledges it, so one left unacknowledged is taken as accepted after
         ``ACK_WAIT_S`` (a server holding the POST froze the whole session until httpx's read
-        timeout, which then ended the SDK's writer: every later call waited out its timeout)."""
+        timeout, which then ended the SDK's writer: every later call waited out its timeout), and
+        so is one whose connection the server closed with no answer (a handler failing on a
+        message with no id: the SDK's writer ended, the session lost, the server never started);
+        a server gone fails the next request."""
         request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
         with anyio.move_on_after(ACK_WAIT_S):
-            response, undecodable = _decoded(await self._inner.handle_async_request(request))
+            try:
+                response, undecodable = _decoded(await self._inner.handle_async_request(request))
+            except httpx2.RemoteProtocolError as err:
+                if not _GONE.search(str(err)):
+                    raise
+                logger.warning(
+                    "[%s] closed the connection on a %s: taken as delivered", self._server, _what(request)
+                )
+                return httpx2.Response(202, request=request)
             if undecodable is not None:
                 await response.aclose()
                 return _replaced(response, _Failing(_BadBody(undecodable)))
@@ -319,6 +340,34 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         (no answer in ``ACK_WAIT_S``, or any other: the session is taken as known)."""
         if "mcp-session-id" not in request.headers:
             return False  # (no session to lose)
+        answer = await self._ping(request)
+        return answer is not None and answer[0] in (400, 404) and not _names(answer[1], _PROBE_ID)
+
+    async def _unread(self, request: httpx2.Request, err: Exception) -> dict[str, Any] | None:
+        """The error (its id left to the caller) for a request whose answer httpx could not read
+        (``_malformed``), or whose connection closed with none (``_dropped``); ``None``: gone."""
+        if _GONE.search(str(err)):
+            return await self._dropped(request)
+        return _error(None, -32603, _malformed(err))
+
+    async def _dropped(self, request: httpx2.Request) -> dict[str, Any] | None:
+        """The error (its id left to the caller) for a request whose connection the server closed
+        with no (whole) answer, when a ``ping`` with its headers shows the server still there; the
+        session gone if it answers the ping 400 or 404 (``SESSION_REFUSED``: the request may
+        have run). ``None``: no answer to the ping either, the server gone."""
+        if (answer := await self._ping(request)) is None:
+            return None
+        if (
+            "mcp-session-id" in request.headers
+            and answer[0] in (400, 404)
+            and not _names(answer[1], _PROBE_ID)
+        ):
+            return _error(None, SESSION_REFUSED, f"{DROPPED}, and no longer knows the session")
+        return _error(None, -32603, f"{DROPPED} (it still answers): whether it took effect is unknown")
+
+    async def _ping(self, request: httpx2.Request) -> tuple[int, bytes] | None:
+        """A ``ping`` sent as ``request`` was (its headers): its status and the start of its body,
+        or ``None`` when the server gives no answer within ``ACK_WAIT_S``."""
         headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
         probe = httpx2.Request(
             "POST", request.url, headers=headers, content=_PING, extensions=request.extensions
@@ -326,11 +375,10 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         with anyio.move_on_after(ACK_WAIT_S):
             try:
                 answer = await self._inner.handle_async_request(probe)
+                return answer.status_code, await _read_bounded(answer, _PROBE_BYTES)
             except httpx2.HTTPError:
-                return False
-            body = await _read_bounded(answer, _PROBE_BYTES)  # (its status, and whom it answers)
-            return answer.status_code in (400, 404) and not _names(body, _PROBE_ID)
-        return False
+                return None
+        return None
 
     async def _pace(self) -> None:
         """Wait until ``MIN_REOPEN_S`` has passed since the last event stream was opened."""
@@ -507,22 +555,6 @@ def _id(ident: Any) -> str:
 
 def _error(asked: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": asked, "error": {"code": code, "message": message}}
-
-
-def _refusal(response: httpx2.Response) -> str:
-    """A 401 or 403, for the model and the person: what the server wants (its scheme's name only:
-    the rest of its header is the server's own text)."""
-    status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-    challenge = response.headers.get("www-authenticate", "")
-    scheme = m.group(1) if (m := _SCHEME.match(challenge)) else None
-    if response.status_code == 403:
-        return f"{status}: the server refused the host's credentials for this request"
-    wants = f"authorization ({scheme})" if scheme else "authorization"
-    oauth = " and names OAuth metadata" if "resource_metadata" in challenge else ""
-    return (
-        f"{status}: the server wants {wants}{oauth}; the host runs no OAuth flow: give the "
-        "server's token in its configured headers"
-    )
 
 
 class _CappedPolicy(DefaultCookiePolicy):
