@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import UnionType
 from typing import (
+    Annotated,
     Any,
     Concatenate,
     Generic,
@@ -25,7 +26,7 @@ from typing import (
 )
 
 import anyio
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from typing_extensions import ParamSpec, TypeVar, Unpack
 
@@ -34,6 +35,7 @@ from tether.core._schema import UnusableSchema, check_arguments, compile_schema
 from tether.core.stop import cancel_after
 from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+from tether.tools._docstring import split_docstring
 from tether.tools._received import as_data
 
 __all__ = [
@@ -124,11 +126,16 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _arguments_model(
-    function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
+    function: Callable[..., Any],
+    tool_name: str,
+    params: list[inspect.Parameter],
+    documented: dict[str, str] | None = None,
 ) -> tuple[type[BaseModel], str | None]:
     """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
-    parameter (never in the schema). Raises ``TypeError``."""
+    parameter (never in the schema). An argument with no ``Field`` description takes the one
+    its docstring gives (``documented``). Raises ``TypeError``."""
     hints = get_type_hints(function, include_extras=True)
+    documented = documented or {}
     fields: dict[str, Any] = {}
     context_param: str | None = None
     for p in params:
@@ -142,11 +149,21 @@ def _arguments_model(
         fields[p.name] = (annotation, default)
     config = ConfigDict(strict=True, extra="forbid")
     model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=config, **fields)
+    undescribed = [
+        n for n, f in model.model_fields.items() if not isinstance(f, FieldInfo) or not f.description
+    ]
+    if documented and undescribed:
+        for name in undescribed:
+            if name in documented:
+                annotation, default = fields[name]
+                fields[name] = (Annotated[annotation, Field(description=documented[name])], default)
+        model = create_model(f"{tool_name}_arguments", __config__=config, **fields)
     for fname, finfo in model.model_fields.items():
         if not isinstance(finfo, FieldInfo) or not finfo.description:
             raise TypeError(
-                f"tool {tool_name}: argument {fname!r} has no description "
-                "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+                f"tool {tool_name}: argument {fname!r} has no description (use "
+                "Annotated[T, Field(description=...)], or describe it in the docstring's Args: "
+                "section): the schema is what the model reads"
             )
     return model, context_param
 
@@ -199,14 +216,15 @@ class Tool(Generic[P, T]):
         tool_name = options.get("name") or function.__name__
         params = list(inspect.signature(function).parameters.values())
         self._is_method = bool(params) and params[0].name == "self"
+        doc, documented = split_docstring((inspect.getdoc(function) or "").strip())
         self.arguments_model, self._context_param = _arguments_model(
-            function, tool_name, params[1:] if self._is_method else params
+            function, tool_name, params[1:] if self._is_method else params, documented
         )
         self._plain = _plain_fields(self.arguments_model)
         contract: dict[str, Any] = {k: v for k, v in options.items() if k in _SPEC_FIELDS}
         contract.update(
             name=tool_name,
-            description=options.get("description") or (inspect.getdoc(function) or "").strip(),
+            description=options.get("description") or doc,
             parameters=_argument_schema(self.arguments_model, tool_name, secret),
             effect=options.get("effect", Effect.READ),
             remote_name=tool_name,
