@@ -361,3 +361,39 @@ def test_a_tool_that_raises_names_the_line_of_the_users_code(
     events = [json.loads(x) for x in Path(out["trace"]).read_text(encoding="utf-8").splitlines()]
     crashed = [e for e in events if e["kind"] == "tool_crashed"]
     assert [c["error"] for c in crashed] == [f"KeyError: '999' {where}"]
+
+
+# -- a URL taken from $OPENAI_BASE_URL is named as such --------------------------------------------
+
+
+def test_an_unreachable_url_from_the_environment_is_named_as_coming_from_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    path = write_agent(
+        tmp_path,
+        DOC_TOOLS,
+        "tools_nu6_env",
+        "- final: ok\n",
+        model={"name": "gpt-4o-mini", "max_retries": 0},
+    )
+    assert main(["run", "hi", "--agent", str(path), "--json"]) == 7
+    hints = last_json(capsys.readouterr().out)["hints"]
+    assert (
+        f"could not reach the model server at {url}: is it running there? (from $OPENAI_BASE_URL; "
+        in hints[0]
+    )
+    # Given in the file, it is not said to come from the environment.
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["model"]["base_url"] = url
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["run", "hi", "--agent", str(path), "--json"]) == 7
+    hints = last_json(capsys.readouterr().out)["hints"]
+    assert "from $OPENAI_BASE_URL" not in hints[0] and url in hints[0]

@@ -275,6 +275,10 @@ class HTTPBackend(RetryingBackend):
         self.name = self.model = model
         url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         self.base_url = url.rstrip("/")
+        # Where the URL came from, for a person told it could not be reached: given, $VAR, default.
+        self.base_url_from = (
+            "given" if base_url else f"${self.base_url_env}" if url != self.default_base_url else ""
+        )
         self.api_key_env = api_key_env or self.default_key_env
         self._api_key = api_key(self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname)
         self.stream = on_delta is not None if stream is None else stream
