@@ -397,3 +397,77 @@ def test_an_unreachable_url_from_the_environment_is_named_as_coming_from_it(
     assert main(["run", "hi", "--agent", str(path), "--json"]) == 7
     hints = last_json(capsys.readouterr().out)["hints"]
     assert "from $OPENAI_BASE_URL" not in hints[0] and url in hints[0]
+
+
+# -- a dataclass result reaches the model as its fields, not its repr ----------------------------
+
+
+def test_a_dataclass_enum_or_set_result_is_sent_as_json_not_as_its_repr(tmp_path: Path) -> None:
+    import dataclasses
+    import datetime
+    import enum
+
+    class Status(enum.Enum):
+        OPEN = "open"
+
+    @dataclasses.dataclass
+    class Order:
+        order_id: str
+        status: Status
+        due: datetime.date
+        tags: set[str]
+
+    @tool
+    def read_order(order_id: str) -> Order:
+        """Read one work order.
+
+        Args:
+            order_id: Work order id, e.g. '742'.
+        """
+        return Order(order_id, Status.OPEN, datetime.date(2026, 12, 1), {"urgent", "erp"})
+
+    host = Host(policy=Policy(allow={"read_order"}), trace_dir=tmp_path / "traces")
+    host.add_tools(read_order)
+    seen: list[str] = []
+
+    def answer(request: Any) -> Any:
+        seen.extend(m.content for m in request.messages if type(m).__name__ == "ToolMessage")
+        return "done" if seen else call("read_order", order_id="742")
+
+    from tether.testing import FunctionModel
+
+    agent = Agent(instructions="Answer from tool results only.", model=FunctionModel(answer))
+    result = host.run_sync(agent, "Is 742 open?", context=TrustedContext(tenant="shop-a"))
+    assert result.stop_reason == "accepted"
+    assert len(seen) == 1
+    body = json.loads(seen[0][seen[0].index("{") : seen[0].rindex("}") + 1])
+    assert body == {"order_id": "742", "status": "open", "due": "2026-12-01", "tags": ["erp", "urgent"]}
+
+
+def test_a_return_type_local_to_a_function_is_no_error_and_an_argument_type_that_is_says_which() -> None:
+    class Local:  # under ``from __future__ import annotations`` its name resolves nowhere
+        pass
+
+    @tool
+    def make(order_id: str) -> Local:
+        """Make one.
+
+        Args:
+            order_id: Work order id.
+        """
+        return Local()
+
+    assert make.spec.parameters["properties"]["order_id"]["description"] == "Work order id."
+
+    with pytest.raises(
+        TypeError, match=r"tool take: the type of argument 'thing' \('Local'\) does not resolve"
+    ):
+
+        @tool
+        def take(thing: Local) -> str:
+            """Take one.
+
+            Args:
+                thing: The thing.
+            """
+            return "taken"

@@ -5,6 +5,7 @@ tenant come from the host through a ``ToolContext`` parameter, never from the mo
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import json
@@ -102,12 +103,27 @@ def _plain_fields(model: type[BaseModel]) -> tuple[tuple[str, type, bool, Any], 
 
 
 def render_result(value: Any) -> str:
-    """Structured results become canonical JSON; text stays text."""
+    """Structured results become canonical JSON; text stays text. A dataclass is its fields, an
+    enum its value, a set its sorted items, a pydantic model its JSON dump (at any depth), as
+    other frameworks send them; what JSON cannot hold otherwise is its ``str``."""
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value it cannot write itself (it asks again for the parts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=lambda item: json.dumps(item, sort_keys=True, default=str))
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def unwrap_exception_group(exc: BaseException) -> BaseException:
@@ -134,7 +150,7 @@ def _arguments_model(
     """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
     parameter (never in the schema). An argument with no ``Field`` description takes the one
     its docstring gives (``documented``). Raises ``TypeError``."""
-    hints = get_type_hints(function, include_extras=True)
+    hints = _hints(function, tool_name, [p.name for p in params])
     documented = documented or {}
     fields: dict[str, Any] = {}
     context_param: str | None = None
@@ -166,6 +182,30 @@ def _arguments_model(
                 "section): the schema is what the model reads"
             )
     return model, context_param
+
+
+def _hints(function: Callable[..., Any], tool_name: str, names: list[str]) -> dict[str, Any]:
+    """The type hints of the arguments ``names``. The return annotation is not needed, so one that
+    does not resolve (a class local to a function, under ``from __future__ import annotations``) is
+    no error; an argument's that does not is a ``TypeError`` naming it."""
+    try:
+        return get_type_hints(function, include_extras=True)
+    except NameError:
+        pass
+    raw = getattr(inspect.unwrap(function), "__annotations__", {})
+    out: dict[str, Any] = {}
+    for name in (n for n in names if n in raw):
+        only = type("_Annotations", (), {"__annotations__": {name: raw[name]}})
+        try:
+            out |= get_type_hints(
+                only, globalns=getattr(inspect.unwrap(function), "__globals__", {}), include_extras=True
+            )
+        except NameError as err:
+            raise TypeError(
+                f"tool {tool_name}: the type of argument {name!r} ({raw[name]!r}) does not resolve: "
+                f"{err} (define or import it at module level, not under TYPE_CHECKING or in a function)"
+            ) from None
+    return out
 
 
 def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
