@@ -471,3 +471,23 @@ def test_a_return_type_local_to_a_function_is_no_error_and_an_argument_type_that
                 thing: The thing.
             """
             return "taken"
+
+
+# -- api_key= as the official SDKs take it -------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["OpenAICompatible", "OpenAIResponses", "AnthropicMessages"])
+def test_a_key_given_in_code_is_a_config_error_naming_the_variable_to_use(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tether.models
+
+    cls = getattr(tether.models, backend)
+    with pytest.raises(
+        ConfigError, match=r"api_key is not taken: .*api_key_env='MY_KEY' \(default \$[A-Z_]+\)"
+    ):
+        cls("m-1", api_key="sk-secret-123", transport="http")
+    # The variable named is what works (a local server: no key needed at all).
+    monkeypatch.setenv("MY_KEY", "sk-secret-123")
+    model = cls("m-1", api_key_env="MY_KEY", base_url="http://127.0.0.1:9/v1", transport="http")
+    assert model.api_key_env == "MY_KEY" and "sk-secret-123" not in repr(model)
