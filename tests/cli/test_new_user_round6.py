@@ -491,3 +491,25 @@ def test_a_key_given_in_code_is_a_config_error_naming_the_variable_to_use(
     monkeypatch.setenv("MY_KEY", "sk-secret-123")
     model = cls("m-1", api_key_env="MY_KEY", base_url="http://127.0.0.1:9/v1", transport="http")
     assert model.api_key_env == "MY_KEY" and "sk-secret-123" not in repr(model)
+
+
+# -- run_sync inside a running loop (a notebook) -------------------------------------------------
+
+
+def test_run_sync_inside_a_running_loop_says_to_await_run_and_awaiting_it_works() -> None:
+    import asyncio
+
+    host = Host(policy=Policy())
+    agent = Agent(instructions="Answer.", model=ScriptedModel(["Order 742 is open."]))
+    context = TrustedContext(tenant="shop-a")
+
+    async def notebook_cell() -> str | None:
+        with pytest.raises(ConfigError, match=r"one is already running here .*await host.run\(\.\.\.\)"):
+            host.run_sync(agent, "Is 742 open?", context=context)
+        with pytest.raises(ConfigError, match=r"already running"):
+            host.resume_sync(agent, "20261201T000000-00000000")
+        result = await host.run(agent, "Is 742 open?", context=context)  # what it says works
+        await host.aclose()
+        return result.answer
+
+    assert asyncio.run(notebook_cell()) == "Order 742 is open."
