@@ -95,13 +95,16 @@ class BackendOptions(TypedDict, total=False):
     rand: Callable[[], float]
 
 
-def read_api_key(env: str, base_url: str, official_host: str | None) -> str:
+def api_key(env: str, base_url: str, official_host: str | None) -> str:
     """The key from ``$env``: required for the provider's own host, a placeholder for a local
     server. Raises ``ConfigError``."""
     key = os.environ.get(env, "")
     if not key and urlsplit(base_url).hostname == official_host:
         raise ConfigError(f"set ${env} to use {base_url}")
     return key or "no-key"
+
+
+_read_key = api_key  # ``HTTPBackend.__init__`` has a parameter of that name (refused, as SDKs take it)
 
 
 class LoopClient:
@@ -287,9 +290,7 @@ class HTTPBackend(RetryingBackend):
             "given" if base_url else f"${self.base_url_env}" if url != self.default_base_url else ""
         )
         self.api_key_env = api_key_env or self.default_key_env
-        self._api_key = read_api_key(
-            self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname
-        )
+        self._api_key = _read_key(self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname)
         self.stream = on_delta is not None if stream is None else stream
         if max_tokens is not None and max_tokens < 1:
             raise ConfigError("max_tokens must be at least 1")
