@@ -3,6 +3,7 @@ calls. The runners import ``HostCore``; ``Host`` is where the two meet."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 
@@ -10,6 +11,7 @@ import anyio
 
 from tether.chokepoint._authority import HostCore
 from tether.core.types import GateOutcome
+from tether.errors import ConfigError
 from tether.policy._trusted import TrustedContext
 from tether.runners._loop import AgentLoop, resume_run
 from tether.runners._workflow import Workflow, run_workflow
@@ -80,6 +82,16 @@ class Host(HostCore):
         return self._blocking(partial(self.resume, agent, run_id))
 
     def _blocking(self, run: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # no loop here: the blocking wrapper starts one
+        else:  # a notebook's loop, or an async function's: one cannot be started inside it
+            raise ConfigError(
+                "run_sync/resume_sync start an event loop, and one is already running here (a "
+                "Jupyter notebook, an async function): await host.run(...) / host.resume(...) instead"
+            )
+
         async def main() -> RunResult:
             try:
                 return await run()

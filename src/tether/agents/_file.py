@@ -71,7 +71,7 @@ def parse_agent(
     try:
         spec = AgentSpec.model_validate(dict(data))
     except ValidationError as err:
-        raise ConfigError(f"{where}: {validation_problems(err)}") from None
+        raise ConfigError(f"{where}: {validation_problems(err, model=AgentSpec)}") from None
     body = text if text is not None else json.dumps(spec.model_dump(mode="json"), sort_keys=True)
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     return AgentFile(spec, path, base_dir.resolve(), body, digest)
@@ -106,7 +106,7 @@ def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:
     try:
         new = AgentSpec.model_validate(data)
     except ValidationError as err:
-        problems = validation_problems(err)
+        problems = validation_problems(err, model=AgentSpec)
         raise ConfigError(f"{agent_file.label()} with the command line's options: {problems}") from None
     return replace(agent_file, spec=new)
 
@@ -196,7 +196,7 @@ def mcp_config(af: AgentFile) -> Any:
     try:
         return McpConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"{af.label()}: mcp: {validation_problems(err)}") from None
+        raise ConfigError(f"{af.label()}: mcp: {validation_problems(err, model=McpConfig)}") from None
 
 
 def mcp_agent(

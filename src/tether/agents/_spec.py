@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tether.core._imports import module_spelling
 from tether.core.types import Effect, Target
 from tether.errors import ConfigError
 
@@ -321,7 +322,7 @@ class ToolRef(_Strict):
         if isinstance(v, str) and not _IMPORT_PATH.match(v):
             raise ValueError(
                 f"{v!r} is not an import path: write module:name, e.g. mytools:read_order "
-                "(a colon between the module and the function)"
+                f"(a colon between the module and the function){module_spelling(v)}"
             )
         return v
 

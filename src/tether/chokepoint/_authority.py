@@ -27,6 +27,7 @@ from tether.chokepoint._calls import (
     Harness,
     Turn,
     checkpoint_pause,
+    crash_text,
     record_denial,
     record_observation,
     record_rejection,
@@ -449,7 +450,7 @@ class HostCore:
     async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
         """Trace crashes, note questions, and checkpoint a turn that must pause."""
         for name, crash in turn.crashes:
-            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=crash_text(crash))
         turn.questions = {
             call_id: f"{obs.tool}: paused for {obs.meta.get('awaiting') or 'input'}: {obs.meta['pause']}"
             for call_id, obs in turn.observations.items()

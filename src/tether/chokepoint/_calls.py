@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from tether.chokepoint._labels import host_note
+from tether.core._imports import raised_at
 from tether.core.messages import ToolMessage
 from tether.core.stop import StopReason
 from tether.core.types import Decision, GateOutcome, Observation, ToolCall, Trust
@@ -38,6 +39,7 @@ __all__ = [
     "Harness",
     "Turn",
     "checkpoint_pause",
+    "crash_text",
     "record_denial",
     "record_observation",
     "record_rejection",
@@ -128,8 +130,14 @@ class Turn:
             return StopReason.APPROVAL_REQUIRED, "; ".join([*self.unsettled, *self.questions.values()])
         if self.crashes:
             name, crash = self.crashes[0]
-            return StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}"
+            return StopReason.INTERNAL_ERROR, f"tool {name} raised {crash_text(crash)}"
         return None
+
+
+def crash_text(crash: BaseException) -> str:
+    """``KeyError: 'b' (at /app/tools.py:12)``: a tool's crash with the line of the user's code it
+    came from, for the stop detail and the ``tool_crashed`` event (never the model's context)."""
+    return f"{type(crash).__name__}: {crash}{raised_at(crash)}"
 
 
 # -- recording (one place for every runner) ---------------------------------------------------

@@ -244,9 +244,11 @@ def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
     for backend in backends:
         url = getattr(backend, "base_url", None)
         if url and re.search(r"connect|connection|refused|unreachable", text, re.IGNORECASE):
+            came = getattr(backend, "base_url_from", "given")
+            origin = f"from {came}; " if came.startswith("$") else ""
             hints.append(
                 f"could not reach the model server at {url}: is it running there? "
-                "(agent file: model.base_url, or --base-url)"
+                f"({origin}agent file: model.base_url, or --base-url)"
             )
         var = getattr(backend, "api_key_env", None)
         if var and not os.environ.get(var) and _AUTH.search(text):

@@ -8,12 +8,15 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import traceback
 from typing import Any
 
 from tether.errors import ConfigError
 
-__all__ = ["import_ref"]
+__all__ = ["import_ref", "module_spelling", "raised_at"]
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def import_ref(ref: str, where: str) -> Any:
@@ -22,10 +25,10 @@ def import_ref(ref: str, where: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ConfigError(f"{where}: cannot import {module_name!r}: {err}") from None
+        raise ConfigError(f"{where}: cannot import {module_name!r}: {err}{module_spelling(ref)}") from None
     except (Exception, SystemExit) as err:  # the module itself fails: the file names broken code
         raise ConfigError(
-            f"{where}: importing {module_name!r} raised {type(err).__name__}: {err}{_raised_at(err)}"
+            f"{where}: importing {module_name!r} raised {type(err).__name__}: {err}{raised_at(err)}"
         ) from None
     try:
         return getattr(module, attr)
@@ -35,7 +38,19 @@ def import_ref(ref: str, where: str) -> Any:
         raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
 
 
-def _raised_at(err: BaseException) -> str:
+def module_spelling(ref: str) -> str:
+    """``; name the module, not its file: tools:read_order`` when ``ref`` names a tool by its
+    file (``tools.py:read_order``, ``./pkg/tools.py:f``, ``.\\tools.py:f``), else ``""``."""
+    path, colon, attr = ref.rpartition(":")
+    if not colon or not (path.endswith(".py") or "/" in path or "\\" in path):
+        return ""
+    module = path.removesuffix(".py").replace("\\", "/").removeprefix("./").replace("/", ".")
+    if not _DOTTED.match(module) or not _DOTTED.match(attr):
+        return ""
+    return f"; name the module, not its file: {module}:{attr}"
+
+
+def raised_at(err: BaseException) -> str:
     """`` (at FILE:LINE)`` of the innermost line of the user's code ``err`` came from (a syntax
     error's own line; not tether's, not the import machinery's), else ``""``."""
     if isinstance(err, SyntaxError) and err.filename:

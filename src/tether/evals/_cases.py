@@ -166,4 +166,4 @@ def load_cases(path: str | Path, *, data: Mapping[str, Any] | None = None) -> Ca
     try:
         return CaseSet.model_validate({**parsed, "source": str(path), "digest": digest})
     except ValidationError as err:
-        raise CaseFileError(f"{path}: {validation_problems(err)}") from None
+        raise CaseFileError(f"{path}: {validation_problems(err, model=CaseSet)}") from None

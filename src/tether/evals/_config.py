@@ -76,4 +76,4 @@ def load_config(path: str | Path) -> CompareConfig:
             {**data, "source": str(path), "digest": hashlib.sha256(raw).hexdigest()}
         )
     except ValidationError as err:
-        raise CaseFileError(f"{path}: {validation_problems(err)}") from None
+        raise CaseFileError(f"{path}: {validation_problems(err, model=CompareConfig)}") from None

@@ -277,7 +277,7 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
     try:
         return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
     except ValidationError as err:
-        raise ConfigError(f"{path}: {validation_problems(err)}") from None
+        raise ConfigError(f"{path}: {validation_problems(err, model=McpConfig)}") from None
 
 
 # ``${VAR}``, ``${env:VAR}`` and ``${VAR:-default}`` (taken when unset or empty); any other ``${`` is refused.

@@ -104,6 +104,9 @@ def api_key(env: str, base_url: str, official_host: str | None) -> str:
     return key or "no-key"
 
 
+_read_key = api_key  # ``HTTPBackend.__init__`` has a parameter of that name (refused, as SDKs take it)
+
+
 class LoopClient:
     """A client for the running event loop: a client opened on another loop (an earlier
     ``asyncio.run``, ``Host.run_sync``) holds connections that loop owned — they can be neither
@@ -260,9 +263,16 @@ class HTTPBackend(RetryingBackend):
         transport: Transport | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
+        api_key: None = None,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
+        if api_key is not None:  # as the official SDKs take it; here a key is read from a variable
+            raise ConfigError(
+                "api_key is not taken: put the key in an environment variable and name it, "
+                f"api_key_env='MY_KEY' (default ${self.default_key_env}); a key is never held in a "
+                "model's settings, which runs record and traces show"
+            )
         transport = transport or self.default_transport
         if transport not in ("http", "sdk", self.sdk[0]):
             raise ConfigError(f"unknown transport {transport!r}: 'http' or 'sdk'")
@@ -275,8 +285,12 @@ class HTTPBackend(RetryingBackend):
         self.name = self.model = model
         url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         self.base_url = url.rstrip("/")
+        # Where the URL came from, for a person told it could not be reached: given, $VAR, default.
+        self.base_url_from = (
+            "given" if base_url else f"${self.base_url_env}" if url != self.default_base_url else ""
+        )
         self.api_key_env = api_key_env or self.default_key_env
-        self._api_key = api_key(self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname)
+        self._api_key = _read_key(self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname)
         self.stream = on_delta is not None if stream is None else stream
         if max_tokens is not None and max_tokens < 1:
             raise ConfigError("max_tokens must be at least 1")

@@ -240,6 +240,9 @@ class AgentLoop:
 
     async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
         s, t = self.state, self.tracer
+        # Each step is a cancellation point whatever the model: a stop from outside (an interrupt,
+        # the deadline) that came while a tool ran in a thread bites here, not never.
+        await anyio.lowlevel.checkpoint()
         if s.llm_calls >= self.limits.llm_calls_hard:
             why = f"hard ceiling of {self.limits.llm_calls_hard} LLM calls"
             raise StopRun(StopReason.BUDGET, why, self._host_answer())

@@ -5,12 +5,14 @@ tenant come from the host through a ``ToolContext`` parameter, never from the mo
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import UnionType
 from typing import (
+    Annotated,
     Any,
     Concatenate,
     Generic,
@@ -25,7 +27,7 @@ from typing import (
 )
 
 import anyio
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from typing_extensions import ParamSpec, TypeVar, Unpack
 
@@ -34,6 +36,7 @@ from tether.core._schema import UnusableSchema, check_arguments, compile_schema
 from tether.core.stop import cancel_after
 from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+from tether.tools._docstring import split_docstring
 from tether.tools._received import as_data
 
 __all__ = [
@@ -100,12 +103,27 @@ def _plain_fields(model: type[BaseModel]) -> tuple[tuple[str, type, bool, Any], 
 
 
 def render_result(value: Any) -> str:
-    """Structured results become canonical JSON; text stays text."""
+    """Structured results become canonical JSON; text stays text. A dataclass is its fields, an
+    enum its value, a set its sorted items, a pydantic model its JSON dump (at any depth), as
+    other frameworks send them; what JSON cannot hold otherwise is its ``str``."""
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value it cannot write itself (it asks again for the parts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=lambda item: json.dumps(item, sort_keys=True, default=str))
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def unwrap_exception_group(exc: BaseException) -> BaseException:
@@ -124,11 +142,16 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _arguments_model(
-    function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
+    function: Callable[..., Any],
+    tool_name: str,
+    params: list[inspect.Parameter],
+    documented: dict[str, str] | None = None,
 ) -> tuple[type[BaseModel], str | None]:
     """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
-    parameter (never in the schema). Raises ``TypeError``."""
-    hints = get_type_hints(function, include_extras=True)
+    parameter (never in the schema). An argument with no ``Field`` description takes the one
+    its docstring gives (``documented``). Raises ``TypeError``."""
+    hints = _hints(function, tool_name, [p.name for p in params])
+    documented = documented or {}
     fields: dict[str, Any] = {}
     context_param: str | None = None
     for p in params:
@@ -142,13 +165,47 @@ def _arguments_model(
         fields[p.name] = (annotation, default)
     config = ConfigDict(strict=True, extra="forbid")
     model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=config, **fields)
+    undescribed = [
+        n for n, f in model.model_fields.items() if not isinstance(f, FieldInfo) or not f.description
+    ]
+    if documented and undescribed:
+        for name in undescribed:
+            if name in documented:
+                annotation, default = fields[name]
+                fields[name] = (Annotated[annotation, Field(description=documented[name])], default)
+        model = create_model(f"{tool_name}_arguments", __config__=config, **fields)
     for fname, finfo in model.model_fields.items():
         if not isinstance(finfo, FieldInfo) or not finfo.description:
             raise TypeError(
-                f"tool {tool_name}: argument {fname!r} has no description "
-                "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+                f"tool {tool_name}: argument {fname!r} has no description (use "
+                "Annotated[T, Field(description=...)], or describe it in the docstring's Args: "
+                "section): the schema is what the model reads"
             )
     return model, context_param
+
+
+def _hints(function: Callable[..., Any], tool_name: str, names: list[str]) -> dict[str, Any]:
+    """The type hints of the arguments ``names``. The return annotation is not needed, so one that
+    does not resolve (a class local to a function, under ``from __future__ import annotations``) is
+    no error; an argument's that does not is a ``TypeError`` naming it."""
+    try:
+        return get_type_hints(function, include_extras=True)
+    except NameError:
+        pass
+    raw = getattr(inspect.unwrap(function), "__annotations__", {})
+    out: dict[str, Any] = {}
+    for name in (n for n in names if n in raw):
+        only = type("_Annotations", (), {"__annotations__": {name: raw[name]}})
+        try:
+            out |= get_type_hints(
+                only, globalns=getattr(inspect.unwrap(function), "__globals__", {}), include_extras=True
+            )
+        except NameError as err:
+            raise TypeError(
+                f"tool {tool_name}: the type of argument {name!r} ({raw[name]!r}) does not resolve: "
+                f"{err} (define or import it at module level, not under TYPE_CHECKING or in a function)"
+            ) from None
+    return out
 
 
 def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
@@ -199,14 +256,15 @@ class Tool(Generic[P, T]):
         tool_name = options.get("name") or function.__name__
         params = list(inspect.signature(function).parameters.values())
         self._is_method = bool(params) and params[0].name == "self"
+        doc, documented = split_docstring((inspect.getdoc(function) or "").strip())
         self.arguments_model, self._context_param = _arguments_model(
-            function, tool_name, params[1:] if self._is_method else params
+            function, tool_name, params[1:] if self._is_method else params, documented
         )
         self._plain = _plain_fields(self.arguments_model)
         contract: dict[str, Any] = {k: v for k, v in options.items() if k in _SPEC_FIELDS}
         contract.update(
             name=tool_name,
-            description=options.get("description") or (inspect.getdoc(function) or "").strip(),
+            description=options.get("description") or doc,
             parameters=_argument_schema(self.arguments_model, tool_name, secret),
             effect=options.get("effect", Effect.READ),
             remote_name=tool_name,
