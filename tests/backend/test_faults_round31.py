@@ -17,6 +17,10 @@ Fixed here (each an unreadable stream, retried once, then ``model_error``; the c
   (``{"order_id": "999"}`` where the deltas said ``742``); a done item or
   ``function_call_arguments.done`` that gives them so was passed over. They are compared as the
   JSON text they run as now (``_said._as_text``), the same object accepted, another unreadable;
+- a chat stream whose last chunk gives the whole message (round 28's quirk) with a call's
+  arguments as an object, or spaced otherwise than its deltas wrote them: refused as said
+  otherwise on every try (``model_error``), the same call. The same JSON is the same call now
+  (``_content.calls_alike``); other arguments are still an unreadable stream;
 - an Anthropic stream whose ``content_block_start`` gives a ``tool_use`` input and whose
   ``input_json_delta`` pieces say another: the deltas' input ran whatever the start said. Which
   is the call? Unreadable now, as a ``message_start`` block said again otherwise is
@@ -43,7 +47,7 @@ import pytest
 from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case, sse
 from test_faults_round4 import SERVERS4
 from test_faults_round15 import walk_dicts
-from test_faults_round28 import ends_as_its_case_says
+from test_faults_round28 import ends_as_its_case_says, whole_message_last
 
 from tether.core.messages import UserMessage
 from tether.errors import ModelError
@@ -98,6 +102,23 @@ def arguments_as(value: Any, where: str) -> Edit:
                 i["item"]["arguments"] = value
             elif where == "done" and kind == "response.function_call_arguments.done":
                 i["arguments"] = value
+        return items
+
+    return edit
+
+
+def whole_message_with_arguments(value: Any) -> Edit:
+    """Chat, streamed: the deltas say the call's arguments without spaces; the finish chunk
+    gives the whole message (round 28's quirk) with the arguments as ``value``, a JSON object."""
+
+    def edit(p: str, s: bool, items: list[Any]) -> list[Any]:
+        for i in whole_message_last(False)(p, s, items):
+            for c in i.get("choices") or () if isinstance(i, dict) else ():
+                for tc in (c.get("delta") or {}).get("tool_calls") or ():
+                    if tc["function"].get("arguments"):
+                        tc["function"]["arguments"] = tc["function"]["arguments"].replace(" ", "")
+                for tc in (c.get("message") or {}).get("tool_calls") or ():
+                    tc["function"]["arguments"] = value
         return items
 
     return edit
@@ -219,6 +240,8 @@ CASES = [
          modes=STREAM),
     Case("done_events_give_other_arguments_as_an_object", only(R, twice(arguments_as(
         {"order_id": "999"}, "done"))), False, ("are done as", "gave up"), modes=STREAM),
+    Case("whole_message_gives_other_arguments_as_an_object", only(C, twice(whole_message_with_arguments(
+        {"order_id": "999"}))), False, ("whole message otherwise than its deltas", "gave up"), modes=STREAM),
     Case("block_start_gives_another_input", only(A, twice(start_input({"order_id": "999"}))), False,
          ("began with input", "gave up"), modes=STREAM),
     Case("block_start_gives_another_input_as_text", only(A, twice(start_input('{"order_id": "7420"}'))),
@@ -230,6 +253,8 @@ CASES = [
         {"order_id": "742"}, "terminal"))), True, modes=STREAM),
     Case("done_events_give_the_arguments_as_an_object", only(R, good(edit=arguments_as(
         {"order_id": "742"}, "done"))), True, modes=STREAM),
+    Case("whole_message_gives_the_arguments_as_an_object", only(C, good(edit=whole_message_with_arguments(
+        {"order_id": "742"}))), True, modes=STREAM),
     Case("pinned_block_start_gives_the_same_input", only(A, good(edit=start_input({"order_id": "742"}))),
          True, modes=STREAM),
     Case("pinned_block_start_gives_the_same_input_as_text", only(A, good(edit=start_input(

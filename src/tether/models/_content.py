@@ -27,6 +27,7 @@ from tether.models._said import _agree
 __all__ = [
     "TEXT_PARTS",
     "block_said",
+    "calls_alike",
     "listed_blocks",
     "parts_text",
     "piece",
@@ -136,3 +137,11 @@ def streamed_input(block: dict[str, Any], given: str) -> str:
         why = f"a tool_use block began with input {given[:80]!r} and streamed {raw[:80]!r}"
         raise Retryable("stream_unreadable", why)
     return raw
+
+
+def calls_alike(a: list[tuple[Any, str]], b: list[tuple[Any, str]]) -> bool:
+    """Whether two lists of calls, as (name, arguments text), say the same calls: the same names
+    in order, their arguments the same text or the same JSON written otherwise (a chat stream's
+    last chunk giving the whole message after its deltas, its arguments as an object a server did
+    not encode, or spaced otherwise: before, refused as said otherwise, on every try)."""
+    return len(a) == len(b) and all(n == m and _agree(x, y) for (n, x), (m, y) in zip(a, b, strict=True))
