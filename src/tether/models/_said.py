@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from tether.models._base import paired
+from tether.models._json import written
 from tether.models._retrying import Retryable, streamed
 
 __all__ = ["DONE_EVENTS", "_Said", "_same_json", "_with_arguments", "_with_left_out", "client_call"]
@@ -170,8 +171,8 @@ class _Said:
 
     def check(self, event: Mapping[str, Any], arguments: object) -> None:
         """A call's arguments as it is done with them: kept where no deltas came; where deltas
-        came, they must be the same text."""
-        if not isinstance(arguments, str):
+        came, they must be the same text (arguments sent as a JSON object too, as its text)."""
+        if (arguments := _as_text(arguments)) is None:
             return
         pieces = self.arguments.setdefault(self.key(event, event.get("item")), [])
         if not pieces:
@@ -301,12 +302,12 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
             output = [*(i for i in streamed if i.get("type") == "message"), *output]
     said: dict[object, str | None] = {}
     for item in streamed:
-        arguments = item.get("arguments") if item.get("type") == "function_call" else None
+        arguments = _as_text(item.get("arguments")) if item.get("type") == "function_call" else None
         if isinstance(arguments, str) and arguments:  # none said ("" as added): nothing to compare
             for key in _keys(item):  # a key two calls share (one call_id twice) names neither
                 said[key] = arguments if said.get(key, arguments) == arguments else None
     for item in output:
-        listed = item.get("arguments") if isinstance(item, dict) else None
+        listed = _as_text(item.get("arguments")) if isinstance(item, dict) else None
         streamed_as = _said_for(item, said)
         if isinstance(listed, str) and streamed_as is not None and not _agree(listed, streamed_as):
             why = f"a call's arguments streamed as {streamed_as[:80]!r} are listed as {listed[:80]!r}"
@@ -415,6 +416,16 @@ def _keys(item: Mapping[str, Any]) -> list[str]:
     ``call_id``, each where it is text (an id sent as a number or an object names nothing here:
     the call is matched by the other; ``_backend._ids_as_text`` writes it as text for the run)."""
     return [key for key in (item.get("id"), item.get("call_id")) if isinstance(key, str) and key]
+
+
+def _as_text(arguments: object) -> str | None:
+    """A call's arguments as the text compared with what the stream said: a string as sent; a
+    JSON value a server sent unencoded (an object), as its JSON text, as the call would run it
+    (``_backend.arguments_text``; before, such arguments were never compared: a terminal
+    output's object ran over the streamed arguments, a done item's was passed over); none, None."""
+    if arguments is None or isinstance(arguments, str):
+        return arguments
+    return written(arguments)
 
 
 def _lacks_arguments(item: Any) -> bool:
