@@ -55,7 +55,7 @@ from tether.core.messages import (
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import MAX_COUNT, ModelRequest, ModelResponse, count, halved, may_hold_half
-from tether.models._content import block_said, text_of
+from tether.models._content import block_said, streamed_input, text_of
 from tether.models._content import listed_blocks as _listed
 from tether.models._content import piece as _piece
 from tether.models._memo import ConversationMemo
@@ -318,9 +318,7 @@ class AnthropicMessages(HTTPBackend):
             if btype == "text":
                 turn.text.append(_piece(block.get("text")))
             elif btype == "tool_use":
-                raw = "".join(block.pop("_json"))
-                if not raw.strip():  # no input deltas: the input as ``content_block_start`` gave it
-                    raw = arguments_text(block.get("input")) or "{}"
+                raw = streamed_input(block, arguments_text(block.get("input")))
                 call = [str(block.get("id", "")), str(block.get("name", "")), [raw]]
                 turn.calls.append(call)
             elif btype in ("thinking", "redacted_thinking"):

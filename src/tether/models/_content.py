@@ -21,8 +21,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from tether.models._failures import unusable
+from tether.models._retrying import Retryable
+from tether.models._said import _agree
 
-__all__ = ["TEXT_PARTS", "block_said", "listed_blocks", "parts_text", "piece", "refusal_text", "text_of"]
+__all__ = [
+    "TEXT_PARTS",
+    "block_said",
+    "calls_alike",
+    "listed_blocks",
+    "parts_text",
+    "piece",
+    "refusal_text",
+    "streamed_input",
+    "text_of",
+]
 
 # The kinds of chat content part whose ``text`` is answer text: ``text`` (as requests write it),
 # ``output_text`` (the Responses API's word, as translating proxies copy it), or none given.
@@ -109,3 +121,27 @@ def block_said(block: Mapping[str, Any]) -> tuple[Any, ...]:
         given = raw
     said = (piece(block.get(k)) for k in ("text", "thinking"))
     return (block.get("type"), *said, block.get("id"), block.get("name"), given)
+
+
+def streamed_input(block: dict[str, Any], given: str) -> str:
+    """A streamed ``tool_use`` block's input as the raw JSON to run: its input deltas (taken
+    off the block), else the input its ``content_block_start`` gave (``given``, as text; ``{}``
+    when none). A start that gave an input (a proxy that puts it there and streams it too) and
+    deltas that say another is an unreadable stream, as a ``message_start`` block said again
+    otherwise is (``block_said``): which is the call? Before: the deltas' input ran, whatever the
+    start said. The same JSON written otherwise is the same input (read once)."""
+    raw = "".join(block.pop("_json", None) or ())
+    if not raw.strip():  # no input deltas: the input as ``content_block_start`` gave it
+        return given or "{}"
+    if not _agree(given or "{}", "{}") and not _agree(given, raw):
+        why = f"a tool_use block began with input {given[:80]!r} and streamed {raw[:80]!r}"
+        raise Retryable("stream_unreadable", why)
+    return raw
+
+
+def calls_alike(a: list[tuple[Any, str]], b: list[tuple[Any, str]]) -> bool:
+    """Whether two lists of calls, as (name, arguments text), say the same calls: the same names
+    in order, their arguments the same text or the same JSON written otherwise (a chat stream's
+    last chunk giving the whole message after its deltas, its arguments as an object a server did
+    not encode, or spaced otherwise: before, refused as said otherwise, on every try)."""
+    return len(a) == len(b) and all(n == m and _agree(x, y) for (n, x), (m, y) in zip(a, b, strict=True))

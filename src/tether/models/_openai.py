@@ -53,7 +53,7 @@ from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessag
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import MAX_CALL_ID, ModelRequest, ModelResponse, count, larger_usage, short_call_id
-from tether.models._content import parts_text, refusal_text
+from tether.models._content import calls_alike, parts_text, refusal_text
 from tether.models._failures import is_error
 from tether.models._json import loads
 from tether.models._memo import ConversationMemo
@@ -399,7 +399,9 @@ class _Choice:
         fns = [c.get("function") or {} for c in calls]
         listed = [(f.get("name"), arguments_text(f.get("arguments"))) for f in fns]
         said = [(c["name"], "".join(c["arguments"])) for _, c in sorted(self.calls.items())]
-        if (text and self.text and text != "".join(self.text)) or (listed and said and listed != said):
+        if (text and self.text and text != "".join(self.text)) or (
+            listed and said and not calls_alike(listed, said)
+        ):
             raise Retryable("stream_unreadable", "a chunk gave the whole message otherwise than its deltas")
         new: dict[str, Any] = {"content": text} if text and not self.text else {}
         if listed and not said:

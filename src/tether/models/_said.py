@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from tether.models._base import paired
+from tether.models._json import written
 from tether.models._retrying import Retryable, streamed
 
 __all__ = ["DONE_EVENTS", "_Said", "_same_json", "_with_arguments", "_with_left_out", "client_call"]
@@ -170,8 +171,8 @@ class _Said:
 
     def check(self, event: Mapping[str, Any], arguments: object) -> None:
         """A call's arguments as it is done with them: kept where no deltas came; where deltas
-        came, they must be the same text."""
-        if not isinstance(arguments, str):
+        came, they must be the same text (arguments sent as a JSON object too, as its text)."""
+        if (arguments := _as_text(arguments)) is None:
             return
         pieces = self.arguments.setdefault(self.key(event, event.get("item")), [])
         if not pieces:
@@ -264,17 +265,23 @@ def _whole(arguments: str) -> bool:
 _IDENTITY = ("type", "id", "call_id", "name")  # what an item is: said when added, kept when done
 
 
-def _same_item(added: object, done: Mapping[str, Any]) -> None:
-    """An item's ``output_item.done`` must be the item its ``added`` began: another type, id,
-    ``call_id`` or tool name where both state one is a garbled stream (which call would run,
-    and which id would its result answer?), not the done item silently taking its place."""
+def _same_item(added: object, done: Mapping[str, Any], where: str = "") -> None:
+    """An item's ``output_item.done`` (or its listing in the terminal output, ``where``) must be
+    the item its ``added`` began: another type, id, ``call_id`` or tool name where both state one
+    is a garbled stream (which call would run, and which id would its result answer?), not the
+    done item silently taking its place."""
     if not isinstance(added, dict):
         return
     for field in _IDENTITY:
         was, now = added.get(field), done.get(field)
         if was and now and was != now:
-            why = f"an item added with {field} {str(was)[:80]!r} is done with {field} {str(now)[:80]!r}"
-            raise Retryable("stream_unreadable", why)
+            said = (
+                f"is listed with {field} {str(now)[:80]!r} {where}"
+                if where
+                else f"is done with {field} {str(now)[:80]!r}"
+            )
+            why = f"an item added with {field} {str(was)[:80]!r} {said}"
+            raise Retryable("stream_unreadable", why[:300])
 
 
 def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
@@ -287,6 +294,7 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     as it is when nothing was streamed, or every call and text in it agrees (the usual case)."""
     if not output or not streamed or not isinstance(output, list):
         return output
+    _same_calls(output, streamed)
     if text := _text_of(streamed):
         if _text_of(output):
             _same_text(text, output, "the terminal output")
@@ -294,12 +302,12 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
             output = [*(i for i in streamed if i.get("type") == "message"), *output]
     said: dict[object, str | None] = {}
     for item in streamed:
-        arguments = item.get("arguments") if item.get("type") == "function_call" else None
+        arguments = _as_text(item.get("arguments")) if item.get("type") == "function_call" else None
         if isinstance(arguments, str) and arguments:  # none said ("" as added): nothing to compare
             for key in _keys(item):  # a key two calls share (one call_id twice) names neither
                 said[key] = arguments if said.get(key, arguments) == arguments else None
     for item in output:
-        listed = item.get("arguments") if isinstance(item, dict) else None
+        listed = _as_text(item.get("arguments")) if isinstance(item, dict) else None
         streamed_as = _said_for(item, said)
         if isinstance(listed, str) and streamed_as is not None and not _agree(listed, streamed_as):
             why = f"a call's arguments streamed as {streamed_as[:80]!r} are listed as {listed[:80]!r}"
@@ -309,6 +317,30 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     return [
         {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
     ]
+
+
+def _same_calls(output: list[Any], streamed: list[dict[str, Any]]) -> None:
+    """The calls a terminal output lists must be the calls the stream said: each listed under a
+    key (item ``id``, ``call_id``) of a streamed call is that call, of its type, ids and tool
+    name where both state them (``_same_item``), and where the output lists calls, every streamed
+    call is among them. Before: a terminal output that named another tool than the stream's
+    ``output_item.added`` and ``done`` had (``read_order`` for ``read_orders``), or listed
+    another call in its place, had its call run, the stream's vanishing, as a done item that
+    names another tool than its added one already was refused (which call did the model ask
+    for?). An output that lists no call leaves the stream's (``_with_left_out``)."""
+    listed = [i for i in output if isinstance(i, dict) and i.get("type") == "function_call"]
+    if not listed:
+        return
+    keyed: dict[str, dict[str, Any]] = {}
+    for item in listed:
+        for key in _keys(item):
+            keyed.setdefault(key, item)
+    for call in (i for i in streamed if i.get("type") == "function_call"):
+        match = next((keyed[k] for k in _keys(call) if k in keyed), None)
+        if match is None and _keys(call):
+            why = f"a call streamed as {_named(None, call)!r} ({str(call.get('name'))[:80]!r}) is not listed"
+            raise Retryable("stream_unreadable", why + " in the terminal output")
+        _same_item(call, match or {}, "in the terminal output")
 
 
 def _with_left_out(output: Any, streamed: list[dict[str, Any]]) -> Any:
@@ -384,6 +416,16 @@ def _keys(item: Mapping[str, Any]) -> list[str]:
     ``call_id``, each where it is text (an id sent as a number or an object names nothing here:
     the call is matched by the other; ``_backend._ids_as_text`` writes it as text for the run)."""
     return [key for key in (item.get("id"), item.get("call_id")) if isinstance(key, str) and key]
+
+
+def _as_text(arguments: object) -> str | None:
+    """A call's arguments as the text compared with what the stream said: a string as sent; a
+    JSON value a server sent unencoded (an object), as its JSON text, as the call would run it
+    (``_backend.arguments_text``; before, such arguments were never compared: a terminal
+    output's object ran over the streamed arguments, a done item's was passed over); none, None."""
+    if arguments is None or isinstance(arguments, str):
+        return arguments
+    return written(arguments)
 
 
 def _lacks_arguments(item: Any) -> bool:
