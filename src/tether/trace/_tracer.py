@@ -14,6 +14,7 @@ import atexit
 import errno
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -367,6 +368,32 @@ _SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
 _PLAIN = _DECLARED - _SECRETISH
 
 
+# What ``Tracer.emit`` keeps as it is without a Python step per field: a payload of declared,
+# not secret-named fields holding scalars of exactly these types (see ``_as_is``).
+_SCALARS = frozenset({int, bool, type(None), float, str})
+_is_str = str.__instancecheck__
+_is_float = float.__instancecheck__
+
+
+def _as_is(data: dict[str, Any], redactor: Redactor) -> bool:
+    """Whether ``Tracer._clean`` would leave ``data`` unchanged, found in a few C calls: no secret to
+    redact, every field declared and not secret-named, every value an int, bool, None, float or
+    str (exact types), the floats finite (their sum is: a NaN or infinity makes it not), and the
+    strings, joined, printable, with no backslash and no ``{`` or ``[`` (a string that may be JSON
+    has its keyed secrets redacted). Anything else takes the field-by-field way."""
+    values = data.values()
+    if redactor.has_secrets() or not data.keys() <= _PLAIN or not _SCALARS.issuperset(map(type, values)):
+        return False
+    text = "".join(filter(_is_str, values))
+    return (
+        text.isprintable()
+        and "\\" not in text
+        and "{" not in text
+        and "[" not in text
+        and math.isfinite(sum(filter(_is_float, values), 0.0))
+    )
+
+
 _SECOND: tuple[int, str] = (0, "")  # the last second formatted, one tuple: threads swap it whole
 
 
@@ -438,7 +465,7 @@ class Tracer:
             data = self._undeclared(kind, data, declared)
         if "arguments" in data and self.redactor.declared(data.get("tool")):
             self.redactor.learn(data["tool"], data["arguments"])
-        clean = self._clean(data)
+        clean = data if _as_is(data, self.redactor) else self._clean(data)  # most are as they are
         if self.strict:
             check_payload(kind, clean)
         events = self.events  # ``last_seq``, inline: once per event
