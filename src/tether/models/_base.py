@@ -6,6 +6,8 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage
@@ -281,6 +283,11 @@ def short_call_id(call_id: str) -> str:
     return f"{call_id[: MAX_CALL_ID - 13]}_{digest}"
 
 
+_is_answer = AssistantMessage.__instancecheck__
+_calls_of = attrgetter("tool_calls")
+_id_of = attrgetter("id")
+
+
 def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:
     """The response with each tool call whose id an earlier call of the conversation already
     has (a server that numbers calls per answer: ``toolu_0`` on every turn) given a new one,
@@ -292,9 +299,11 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
     calls = response.message.tool_calls
     if not calls:
         return response
-    used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    if used.isdisjoint(c.id for c in calls):
+    # The earlier ids walked in C (no Python step per message of a history that grows each turn).
+    earlier = map(_id_of, chain.from_iterable(map(_calls_of, filter(_is_answer, messages))))
+    if {c.id for c in calls}.isdisjoint(earlier):
         return response
+    used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
     renamed: list[list[str]] = []
     fresh: list[ToolCall] = []
     for call in calls:
@@ -332,6 +341,8 @@ def shown_call_names(request: ModelRequest, response: ModelResponse) -> ModelRes
     ``meta["call_names_shortened"]`` lists each ``[shown, length]``. The same response when no
     name is that long (the usual case)."""
     calls = response.message.tool_calls
+    if all(len(c.name) <= MAX_ANSWERED_NAME for c in calls):
+        return response  # within the least limit: no offered name needs reading (the usual case)
     limit = max([MAX_ANSWERED_NAME, *map(len, _offered_names(request.tools))])
     if all(len(c.name) <= limit for c in calls):
         return response
