@@ -58,7 +58,8 @@ SCALARS = st.one_of(
     st.integers(),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=20),
-    st.sampled_from(["plain", '{"password": "hunter2"}', "[1]", "a\\b", "line\nbreak", "\x00", "hunter2"]),
+    st.sampled_from(["plain", '{"password": "hunter2"}', '{"pass": 1}', "word", '{"key": "k0"}', "[1]"]),
+    st.sampled_from(["a\\b", "line\nbreak", "\x00", "hunter2", '[{"db": {"apiKey": "k"}}]']),
 )
 
 
@@ -101,6 +102,9 @@ def test_an_event_of_plain_scalars_is_not_cleaned_field_by_field(monkeypatch: py
         "truncated": False,
         "is_error": False,
     }
+    # A call's arguments as JSON text naming no credential: nothing under them to redact.
+    proposed = tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="lookup", arguments='{"key": "k0"}')
+    assert proposed.data == {"call_id": "c1", "tool": "lookup", "arguments": '{"key": "k0"}'}
 
 
 def test_what_needs_cleaning_is_still_cleaned() -> None:
@@ -109,10 +113,11 @@ def test_what_needs_cleaning_is_still_cleaned() -> None:
     assert data == {"tool": "a\\x0ab", "chars": "NaN", "call_id": "x\\\\u2028"}
     tracer.redactor.add("hunter2")
     assert tracer.emit(EventKind.TOOL_OBSERVATION, tool="hunter2 here").data == {"tool": f"{REDACTED} here"}
-    arguments = tracer.emit(
-        EventKind.TOOL_PROPOSED, call_id="c", tool="t", arguments='{"password": "pw"}'
-    ).data
-    assert "pw" not in arguments["arguments"] and REDACTED in arguments["arguments"]
+    tracer = Tracer("run", [MemorySink()], strict=False)  # no secret known: keyed ones still go
+    for text in ('{"password": "pw"}', '[{"db": {"apiKey": "pw"}}]'):
+        arguments = tracer.emit(EventKind.TOOL_PROPOSED, call_id="c", tool="t", arguments=text).data
+        assert "pw" not in arguments["arguments"] and REDACTED in arguments["arguments"]
+    tracer.redactor.add("hunter2")
     assert tracer.emit(EventKind.TOOL_OBSERVATION, chars=float("inf")).data == {"chars": "Infinity"}
 
 

@@ -39,6 +39,7 @@ from tether.trace._sanitize import (
     JSON_OPENERS,
     REDACTED,
     Redactor,
+    _names_a_secret,
     finite,
     redact_keyed_text,
     sanitize,
@@ -379,8 +380,10 @@ def _as_is(data: dict[str, Any], redactor: Redactor) -> bool:
     """Whether ``Tracer._clean`` would leave ``data`` unchanged, found in a few C calls: no secret to
     redact, every field declared and not secret-named, every value an int, bool, None, float or
     str (exact types), the floats finite (their sum is: a NaN or infinity makes it not), and the
-    strings, joined, printable, with no backslash and no ``{`` or ``[`` (a string that may be JSON
-    has its keyed secrets redacted). Anything else takes the field-by-field way."""
+    strings, joined, printable, with no backslash, and with no ``{`` or ``[`` or else no credential
+    word (a string that may be JSON, a call's arguments, has the strings under its credential-named
+    keys redacted, and ``_names_a_secret`` finds any such key's word in the strings joined as in
+    each alone). Anything else takes the field-by-field way."""
     values = data.values()
     if redactor.has_secrets() or not data.keys() <= _PLAIN or not _SCALARS.issuperset(map(type, values)):
         return False
@@ -388,8 +391,7 @@ def _as_is(data: dict[str, Any], redactor: Redactor) -> bool:
     return (
         text.isprintable()
         and "\\" not in text
-        and "{" not in text
-        and "[" not in text
+        and (("{" not in text and "[" not in text) or not _names_a_secret(text))
         and math.isfinite(sum(filter(_is_float, values), 0.0))
     )
 
