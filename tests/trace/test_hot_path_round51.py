@@ -24,7 +24,7 @@ from tether.models import _base
 from tether.models._base import ModelRequest, ModelResponse, shown_call_names, unique_call_ids
 from tether.trace._events import EventKind
 from tether.trace._payloads import FIELDS
-from tether.trace._sanitize import REDACTED
+from tether.trace._sanitize import REDACTED, Redactor
 from tether.trace._tracer import MemorySink, Tracer
 
 
@@ -61,11 +61,22 @@ SCALARS = st.one_of(
     st.sampled_from(["plain", '{"password": "hunter2"}', '{"pass": 1}', "word", '{"key": "k0"}', "[1]"]),
     st.sampled_from(["a\\b", "line\nbreak", "\x00", "hunter2", '[{"db": {"apiKey": "k"}}]']),
 )
+KEYS = st.one_of(
+    st.text(max_size=8), st.sampled_from(["id", "name", "api_key", "apiKey", "pass", "a\nb", "x\\"])
+)
+FLAT = st.dictionaries(KEYS, SCALARS, max_size=3)
+VALUES = st.one_of(
+    SCALARS,
+    st.lists(FLAT, max_size=3),  # a model answer's tool calls: [{"id": …, "name": …}]
+    st.lists(st.one_of(SCALARS, FLAT, st.lists(SCALARS, max_size=2)), max_size=3),
+    st.tuples(FLAT),
+    FLAT,
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.dictionaries(st.sampled_from([*OBSERVATION, "api_key", "token"]), SCALARS, max_size=8), st.booleans()
+    st.dictionaries(st.sampled_from([*OBSERVATION, "api_key", "token"]), VALUES, max_size=8), st.booleans()
 )
 def test_an_event_holds_what_cleaning_field_by_field_gives(data: dict[str, Any], secret: bool) -> None:
     tracer = Tracer("run", [MemorySink()], strict=False)
@@ -77,11 +88,28 @@ def test_an_event_holds_what_cleaning_field_by_field_gives(data: dict[str, Any],
     assert _same(event.data, expected)
 
 
+PRINTABLE = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=10)
+PLAIN = st.one_of(st.integers(), st.booleans(), st.none(), st.floats(), PRINTABLE)
+PLAIN_KEYS = st.one_of(PRINTABLE, st.sampled_from(["id", "name", "apiKey", "client_secret", "pass", "word"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(OBSERVATION), st.lists(st.dictionaries(PLAIN_KEYS, PLAIN, max_size=3)))
+)
+def test_lists_of_mappings_of_plain_values_hold_what_cleaning_them_gives(data: dict[str, Any]) -> None:
+    tracer = Tracer("run", [MemorySink()], strict=False)
+    expected = tracer._clean(dict(data))
+    assert _same(tracer.emit(EventKind.TOOL_OBSERVATION, **data).data, expected)
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
 
 
@@ -102,6 +130,12 @@ def test_an_event_of_plain_scalars_is_not_cleaned_field_by_field(monkeypatch: py
         "truncated": False,
         "is_error": False,
     }
+    # A model answer's tool calls: copied, so the event holds what was emitted whatever the
+    # caller does with its list afterwards.
+    calls = [{"id": "call_1", "name": "lookup"}]
+    answer = tracer.emit(EventKind.MODEL_RESPONSE, model="m", text="", tool_calls=calls, cost_usd=0.0)
+    calls[0]["name"] = "changed"
+    assert answer.data["tool_calls"] == [{"id": "call_1", "name": "lookup"}]
     # A call's arguments as JSON text naming no credential: nothing under them to redact.
     proposed = tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="lookup", arguments='{"key": "k0"}')
     assert proposed.data == {"call_id": "c1", "tool": "lookup", "arguments": '{"key": "k0"}'}
@@ -117,8 +151,29 @@ def test_what_needs_cleaning_is_still_cleaned() -> None:
     for text in ('{"password": "pw"}', '[{"db": {"apiKey": "pw"}}]'):
         arguments = tracer.emit(EventKind.TOOL_PROPOSED, call_id="c", tool="t", arguments=text).data
         assert "pw" not in arguments["arguments"] and REDACTED in arguments["arguments"]
+    keyed = tracer.emit(EventKind.MODEL_RESPONSE, tool_calls=[{"id": "c", "apiKey": "k"}]).data
+    assert keyed == {"tool_calls": [{"id": "c", "apiKey": REDACTED}]}
     tracer.redactor.add("hunter2")
     assert tracer.emit(EventKind.TOOL_OBSERVATION, chars=float("inf")).data == {"chars": "Infinity"}
+    calls = [{"id": "c\n1", "name": "t"}, {"id": "c2", "apiKey": "k"}, {"id": "c3", "name": "hunter2"}]
+    assert tracer.emit(EventKind.MODEL_RESPONSE, tool_calls=calls).data == {
+        "tool_calls": [
+            {"id": "c\\x0a1", "name": "t"},
+            {"id": "c2", "apiKey": REDACTED},
+            {"id": "c3", "name": REDACTED},
+        ]
+    }
+
+
+class _IdsAreSecret(Redactor):
+    def is_secret_key(self, key: str) -> bool:
+        return key == "id" or super().is_secret_key(key)
+
+
+def test_a_redactor_that_reads_keys_its_own_way_is_asked_about_each_key() -> None:
+    tracer = Tracer("run", [MemorySink()], redactor=_IdsAreSecret(), strict=False)
+    data = tracer.emit(EventKind.MODEL_RESPONSE, tool_calls=[{"id": "call_1", "name": "lookup"}]).data
+    assert data == {"tool_calls": [{"id": REDACTED, "name": "lookup"}]}
 
 
 # -- the backend: call ids and names --------------------------------------------------------
