@@ -6,8 +6,6 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field, replace
-from itertools import chain
-from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage
@@ -283,11 +281,6 @@ def short_call_id(call_id: str) -> str:
     return f"{call_id[: MAX_CALL_ID - 13]}_{digest}"
 
 
-_is_answer = AssistantMessage.__instancecheck__
-_calls_of = attrgetter("tool_calls")
-_id_of = attrgetter("id")
-
-
 def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:
     """The response with each tool call whose id an earlier call of the conversation already
     has (a server that numbers calls per answer: ``toolu_0`` on every turn) given a new one,
@@ -299,11 +292,9 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
     calls = response.message.tool_calls
     if not calls:
         return response
-    # The earlier ids walked in C (no Python step per message of a history that grows each turn).
-    earlier = map(_id_of, chain.from_iterable(map(_calls_of, filter(_is_answer, messages))))
-    if {c.id for c in calls}.isdisjoint(earlier):
-        return response
     used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    if used.isdisjoint(c.id for c in calls):
+        return response
     renamed: list[list[str]] = []
     fresh: list[ToolCall] = []
     for call in calls:

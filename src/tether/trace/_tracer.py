@@ -14,7 +14,6 @@ import atexit
 import errno
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -22,7 +21,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
 
@@ -40,7 +38,6 @@ from tether.trace._sanitize import (
     JSON_OPENERS,
     REDACTED,
     Redactor,
-    _names_a_secret,
     finite,
     redact_keyed_text,
     sanitize,
@@ -370,58 +367,6 @@ _SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
 _PLAIN = _DECLARED - _SECRETISH
 
 
-# What ``Tracer.emit`` keeps as it is without a Python step per field: a payload of declared,
-# not secret-named fields holding scalars of exactly these types, or lists of flat mappings of
-# them (a model answer's tool calls) under their own names (see ``_kept``).
-_SCALARS = frozenset({int, bool, type(None), float, str})
-_LIST, _DICT, _STR = frozenset({list}), frozenset({dict}), frozenset({str})
-_is_str = str.__instancecheck__
-_is_float = float.__instancecheck__
-
-
-def _kept(data: dict[str, Any], redactor: Redactor) -> dict[str, Any] | None:
-    """What ``Tracer._clean`` would make of ``data`` when that is ``data`` as it is (its lists of
-    mappings copied, as ``_clean`` copies them), found in a few C calls; ``None`` where a value
-    needs a look of its own. Kept as is: no secret to redact, every field declared and not
-    secret-named, every value an int, bool, None, float or str (exact types) or a list of dicts
-    of them whose keys are strings naming no credential word (``_names_a_secret``, as
-    ``Redactor.is_secret_key`` reads a key), the floats finite (their sum is: a NaN or infinity
-    makes it not), and the strings, joined, printable, with no backslash, and with no ``{`` or
-    ``[`` or else no credential word (a string that may be JSON, a call's arguments, has the
-    strings under its credential-named keys redacted, and ``_names_a_secret`` finds any such
-    key's word in the strings joined as in each alone)."""
-    if redactor.has_secrets() or not data.keys() <= _PLAIN:
-        return None
-    leaves: Iterable[Any] = data.values()
-    types = set(map(type, leaves))
-    kept = data
-    if not types <= _SCALARS:
-        if types - _SCALARS != _LIST or type(redactor).is_secret_key is not Redactor.is_secret_key:
-            return None
-        lists = [k for k, v in data.items() if type(v) is list]
-        items = list(chain.from_iterable(map(data.__getitem__, lists)))
-        if not _DICT.issuperset(map(type, items)):
-            return None
-        keys = list(chain.from_iterable(items))
-        inner = list(chain.from_iterable(map(dict.values, items)))
-        if not (_STR.issuperset(map(type, keys)) and _SCALARS.issuperset(map(type, inner))):
-            return None
-        names = "".join(keys)
-        if not names.isprintable() or "\\" in names or _names_a_secret(names):
-            return None
-        leaves = [*leaves, *inner]
-        kept = {**data, **{k: list(map(dict, data[k])) for k in lists}}
-    text = "".join(filter(_is_str, leaves))
-    if (
-        text.isprintable()
-        and "\\" not in text
-        and (("{" not in text and "[" not in text) or not _names_a_secret(text))
-        and math.isfinite(sum(filter(_is_float, leaves), 0.0))
-    ):
-        return kept
-    return None
-
-
 _SECOND: tuple[int, str] = (0, "")  # the last second formatted, one tuple: threads swap it whole
 
 
@@ -493,9 +438,7 @@ class Tracer:
             data = self._undeclared(kind, data, declared)
         if "arguments" in data and self.redactor.declared(data.get("tool")):
             self.redactor.learn(data["tool"], data["arguments"])
-        clean = _kept(data, self.redactor)  # most events are as they are
-        if clean is None:
-            clean = self._clean(data)
+        clean = self._clean(data)
         if self.strict:
             check_payload(kind, clean)
         events = self.events  # ``last_seq``, inline: once per event
