@@ -17,7 +17,8 @@ interpreter's work is (a step of tether's loop runs about 1.4 times the floor's 
 1.03 times its instructions: the floor's own work is much more in C, encoding the whole history
 each step), but never judge a cut by it: moving a Python loop into chains of C calls (``map``,
 ``filter``, bound ``__instancecheck__``) cut bytecodes by 5 % here and added instructions and
-time. Judge by instructions, and by ``timeit`` of the function before and after. The last line is one JSON object.
+time. Judge by instructions, and by ``timeit`` of the function before and after. The last line
+is one JSON object.
 """
 
 from __future__ import annotations
