@@ -532,6 +532,8 @@ class HostCore:
         calling a tool with a wider one). A tool's bucket is found under any name ``deny`` and
         ``roles`` know it by (``rule_names``: ``refund`` for ``erp__refund``), in any spelling
         (``folded``), so a limit a deployer wrote under the source's own name holds."""
+        if not self.rate_limits:  # none set (the common case): no name folded on each call
+            return []
         limits = {folded(k): b for k, b in self.rate_limits.items()}
         names = {folded(n) for n in rule_names(spec.name, spec.remote_name)}
         found = [b for k in (*names, folded(source)) if (b := limits.get(k)) is not None]

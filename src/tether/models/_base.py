@@ -332,6 +332,8 @@ def shown_call_names(request: ModelRequest, response: ModelResponse) -> ModelRes
     ``meta["call_names_shortened"]`` lists each ``[shown, length]``. The same response when no
     name is that long (the usual case)."""
     calls = response.message.tool_calls
+    if all(len(c.name) <= MAX_ANSWERED_NAME for c in calls):
+        return response  # within the least limit: no offered name needs reading (the usual case)
     limit = max([MAX_ANSWERED_NAME, *map(len, _offered_names(request.tools))])
     if all(len(c.name) <= limit for c in calls):
         return response
