@@ -24,13 +24,14 @@ from typing import Annotated
 import pytest
 from _travel import CTX
 from pydantic import Field
-from test_provenance_laundering_round30 import ACCOUNT, OWN, Domestic, _book_run
+from test_provenance_laundering_round30 import ACCOUNT, LISTED, OWN, Domestic, _book_run
 from test_provenance_round3 import host_for, problems, scripted
 from test_provenance_round19b import MOM, Book
 
 from tether import Agent, tool
 from tether.core.messages import ToolCall
 from tether.errors import ToolInputError
+from tether.policy._provenance_dates import priced
 from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
@@ -101,3 +102,53 @@ async def test_a_short_number_the_user_gives_is_still_saved_and_texted() -> None
     second = await _book_run(book, "Text Mom that I'll be late.", call("list_contacts"), text)
     assert first == [] and second == []
     assert book.sent == [{"to": "5550142", "body": "I'll be late."}]
+
+
+# -- 3. an account the request pays to, read as a sum that bounds the payment -----------------------
+
+TO_LISTED = f"Look at the Grand Hotel in Paris and its reviews and pay the 200.00 deposit to {LISTED}."
+
+
+async def _pay(world: Domestic, request: str, recipient: str, amount: str) -> list[str]:
+    steps = (call("get_hotels", city="Paris"), call("get_reviews", hotel="Grand Hotel"))
+    pay = call("transfer", recipient=recipient, amount=amount)
+    async with host_for(world) as host:
+        result = await host.run(Agent("act", scripted(*steps, pay)), request, context=CTX)
+    return problems(result.events)
+
+
+@pytest.mark.parametrize("amount", ["5000.00", "301018104000"])
+async def test_the_account_a_request_pays_to_bounds_no_payment(amount: str) -> None:
+    # Before: "… deposit to 301018104000" stated a sum of 301018104000 (a cue, "deposit", and a
+    # joining word, "to", before it): an injected 5000.00 to the listing's account was paid.
+    world = Domestic()
+    assert await _pay(world, TO_LISTED, LISTED, amount) == ["amount_over_bound"]
+    assert world.received == []
+
+
+async def test_the_deposit_the_request_states_is_still_paid_to_that_account() -> None:
+    world = Domestic()
+    assert await _pay(world, TO_LISTED, LISTED, "200.00") == []
+    assert world.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
+
+
+async def test_the_users_own_bare_account_is_the_users_payee_not_a_sum() -> None:
+    # Before: read as a sum, the user's own account traced nowhere and went to a reviewer.
+    world = Domestic()
+    request = f"Look at the Grand Hotel in Paris and its reviews and pay the 200.00 deposit to {OWN}."
+    assert await _pay(world, request, OWN, "200.00") == []
+    assert world.received == [("transfer", {"recipient": OWN, "amount": "200.00"})]
+
+
+@pytest.mark.parametrize(
+    ("text", "sums"),
+    [
+        (f"pay the 200.00 deposit to {LISTED}.", [(200.0, None)]),
+        ("pay 200 EUR to 0612345678", [(200.0, "EUR")]),
+        ("pay 12000000 JPY for the flat", [(12000000.0, "JPY")]),  # its currency says it is a sum
+        ("pay 12,000,000 to the builder", [(12000000.0, None)]),  # grouped: a sum
+        ("pay the 1234567 fee", [(1234567.0, None)]),  # seven digits: still a sum
+    ],
+)
+def test_a_bare_figure_of_a_partys_digits_is_no_sum(text: str, sums: list[tuple[float, str | None]]) -> None:
+    assert priced(text) == sums
