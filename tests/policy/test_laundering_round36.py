@@ -19,19 +19,23 @@ writes (round 3), checkpointed labels restored on resume (``observation_segments
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import pytest
 from _travel import CTX
+from provenance_rounds import _run
 from pydantic import Field
 from test_provenance_laundering_round30 import ACCOUNT, LISTED, OWN, Domestic, _book_run
 from test_provenance_round3 import host_for, problems, scripted
 from test_provenance_round19b import MOM, Book
+from test_provenance_round24 import GIFT_CARD, SHOP_RULES, SHOP_TRUST, Shop
 
 from tether import Agent, tool
 from tether.core.messages import ToolCall
 from tether.errors import ToolInputError
 from tether.policy._provenance_dates import priced
+from tether.policy._provenance_rules import ProvenanceRules
 from tether.testing import call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
@@ -152,3 +156,30 @@ async def test_the_users_own_bare_account_is_the_users_payee_not_a_sum() -> None
 )
 def test_a_bare_figure_of_a_partys_digits_is_no_sum(text: str, sums: list[tuple[float, str | None]]) -> None:
     assert priced(text) == sums
+
+
+# -- 4. a call id the model used again in a later turn ----------------------------------------------
+
+
+def _same_id(name: str, **arguments: Any) -> ToolCall:
+    """A call under the id a backend that numbers each turn's calls from zero gives every turn."""
+    return ToolCall(id="call_0", name=name, arguments=json.dumps(arguments))
+
+
+@pytest.mark.parametrize(("item", "found"), [("GC-500", [["acts_on_others_choice"]]), ("K-100", [])])
+async def test_a_write_under_a_reused_call_id_is_still_after_the_text_that_chose_it(
+    item: str, found: list[list[str]]
+) -> None:
+    # Before: the write took the position of the first call's result under its id (the review,
+    # read before it, counted as read after it), so the gift card the review chose was bought.
+    shop = Shop(GIFT_CARD)
+    got = await _run(
+        shop.tools(),
+        ProvenanceRules(SHOP_RULES, SHOP_TRUST),
+        "Read the reviews of the kettle K-100, then buy it.",
+        (_same_id("read_reviews", item="K-100"),),
+        (_same_id("add_to_basket", item=item),),
+        (_same_id("checkout"),),
+    )
+    assert shop.basket == [item] and got == found
+    assert shop.bought == ([] if found else ["K-100"])  # the user's own item is still bought
