@@ -186,13 +186,18 @@ def index_for(
     # this child run, a workflow's earlier nodes) is its history too, in the order observed.
     observations = sorted(history(state, "observations"), key=_observed)
     by_call: dict[str, list[Segment]] = {}
+    aliases = _aliases(observations)
     for i, obs in enumerate(observations):
         found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
         by_call.setdefault(obs.call_id, []).extend(found)
+        if aliases[i] != obs.call_id:  # a call id used again: this call's, not the first's
+            found = [
+                dataclasses.replace(g, label=dataclasses.replace(g.label, call_id=aliases[i])) for g in found
+            ]
         segments.extend(found)
         positions.extend([i] * len(found))
     ids = frozenset(k for source in (*config.sources.values(), config.default) for k in source.record_id)
-    written, reads = _writes(state, observations, writes, targets, ids)
+    written, reads = _writes(state, observations, aliases, writes, targets, ids)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -210,6 +215,7 @@ def index_for(
 def _writes(
     state: Any,
     observations: list[Any],
+    aliases: list[str],
     writes: Callable[[str], bool] | None,
     targets: Callable[[str], Iterable[str]] | None,
     ids: frozenset[str] = frozenset(),
@@ -237,17 +243,18 @@ def _writes(
             at = min(at, began.get(turn, at))
         if record.status not in REACHED:
             continue
+        call_id = record.call_id if seen is None else aliases[seen]  # ``_aliases``
         leaves = _leaves(record.arguments)
         aimed, declared, fields = _aimed(
             record.arguments, targets(record.tool) if targets is not None else (), ids
         )
         if seen is not None:
-            reads[record.call_id] = (seen, leaves)
+            reads[call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
         # repeat what it was asked (a search echoes its query): an echo into that call alone.
-        echo = "" if writes is None or writes(record.tool) else record.call_id
+        echo = "" if writes is None or writes(record.tool) else call_id
         if seen in answers:
-            written.append(Written(" ".join(map(normalise, leaves)), seen, echo=record.call_id, answer=True))
+            written.append(Written(" ".join(map(normalise, leaves)), seen, echo=call_id, answer=True))
         if echo and seen is None:
             continue
         for leaf in (form for value in leaves for form in (value, *decoded(value))):
@@ -276,6 +283,18 @@ def _positions(calls: list[Any], observations: list[Any]) -> list[int | None]:
     for record in calls:
         mine = slots.get(record.call_id) if record.status in _OBSERVED else None
         out.append(mine.pop(0) if mine else None)
+    return out
+
+
+def _aliases(observations: list[Any]) -> list[str]:
+    """Each observation's call id, as the index tells calls apart: a call id the model used
+    again (``_positions``) names another call each time, so its later results are labelled
+    ``<id>\x00<n>``: a lookup's echo, what steered it and a task's answer are that call's."""
+    count: dict[str, int] = {}
+    out: list[str] = []
+    for obs in observations:
+        n = count[obs.call_id] = count.get(obs.call_id, -1) + 1
+        out.append(obs.call_id if n == 0 else f"{obs.call_id}\x00{n}")
     return out
 
 
