@@ -16,6 +16,10 @@ trusted", by an attacker who has read the provenance rules. What went through:
    party): "delete Report-Q3.pdf" noted from a mail and read back was the request's
    "report-q3.pdf", so the twin was deleted unreviewed. The write-time trace now applies them
    (``ProvenanceIndex._retrace``).
+6. **a lookup a mail steered, under a call id used again**: the index knew one call per id (the
+   last that returned), so the lookup of Eve the mail asked for counted as the user's lookup of
+   Mom and Eve was texted unreviewed. A later call under a used id is labelled as a call of its
+   own (``provenance_run._aliases``): its echo, what steered it and its answer are its own.
 
 Probed and held (pinned here): an account a tool echoes in an error message (1), and a short
 number (a premium short code, a seven-digit local number) saved by one run and texted by the next
