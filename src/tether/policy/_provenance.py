@@ -86,8 +86,6 @@ from tether.policy._provenance_values import Link, find_handles, find_links, fin
 
 __all__ = ["ProvenanceIndex"]
 
-_How = tuple[str | None, bool, bool]  # what a value is traced for: its kind, cased, party
-
 
 # -- tracing -------------------------------------------------------------------------------
 
@@ -215,16 +213,14 @@ class ProvenanceIndex(Naming, Steering):
         return any(not w.echo for w in self._writes_into(seg))
 
     def _retrace(
-        self, value: str, text: str, origin: Origin, seg: Segment, how: _How = (None, False, False)
+        self, value: str, text: str, origin: Origin, seg: Segment, how: tuple[Any, ...] = ()
     ) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the value's origins
         when it was written, if the write held it; if the value stands in the segment only where the run's
         writes are (``_regions``: beside other text, or glued from pieces the tool stored one after another),
         only the classes every part shares (no part lends another its trust; none shared: composed). ``how``:
-        the ``trace`` the value is for (kind, cased, party), applied to what it was when written too: a
-        written case twin of the request's file is no more the user's than it was."""
-        writes = self._writes_into(seg)
-        kind, cased, party = how
+        the kind, cased and party of its ``trace``, applied to the write's (a case twin stays no user's)."""
+        writes, (kind, cased, party) = self._writes_into(seg), how or (None, False, False)
 
         def then(w: Written, said: str) -> list[Origin]:  # a write holds its text normalised: no case
             return self._prefix(w.position).trace(value if cased else said, kind, cased=cased, party=party)
