@@ -212,15 +212,22 @@ class ProvenanceIndex(Naming, Steering):
         record's field: where the value itself came from is what ``trace`` retraces."""
         return any(not w.echo for w in self._writes_into(seg))
 
-    def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
+    def _retrace(
+        self, value: str, text: str, origin: Origin, seg: Segment, how: tuple[Any, ...] = ()
+    ) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the value's origins
         when it was written, if the write held it; if the value stands in the segment only where the run's
         writes are (``_regions``: beside other text, or glued from pieces the tool stored one after another),
-        only the classes every part shares (no part lends another its trust; none shared: composed)."""
-        writes = self._writes_into(seg)
+        only the classes every part shares (no part lends another its trust; none shared: composed). ``how``:
+        the kind, cased and party of its ``trace``, applied to the write's (a case twin stays no user's)."""
+        writes, (kind, cased, party) = self._writes_into(seg), how or (None, False, False)
+
+        def then(w: Written, said: str) -> list[Origin]:  # a write holds its text normalised: no case
+            return self._prefix(w.position).trace(value if cased else said, kind, cased=cased, party=party)
+
         for w in writes:
             if w.answer:  # a model's answer: the value as the run had it when it gave the task
-                known = [o for o in self._prefix(w.position).trace(value) if o.kind != "nowhere"]
+                known = [o for o in then(w, value) if o.kind != "nowhere"]
                 label = replace(seg.label, trust=MODEL)  # shown as the answer, the model's words
                 return [*known, replace(origin, trust=MODEL, label=label)]
         exact = [w for w in writes if w.text == text or contains_whole(w.text, text)]
@@ -234,15 +241,15 @@ class ProvenanceIndex(Naming, Steering):
         if inside:
             out: list[Origin] = []
             for w, said in inside:
-                out.extend(o for o in self._prefix(w.position).trace(said) if o not in out)
+                out.extend(o for o in then(w, said) if o not in out)
             return out
         asked = made_of(value, [w for w in self.writes if w.echo and w.echo == seg.label.call_id])
         if asked:  # a lookup's answer made of what it was asked: what those arguments all were
-            return shared_origins([self._prefix(w.position).trace(w.text) for w in asked])
+            return shared_origins([then(w, w.text) for w in asked])
         parts = self._covering(seg, text)
         if parts is None:
             return None
-        return shared_origins([[origin], *(self._prefix(w.position).trace(w.text) for w in parts)])[:1]
+        return shared_origins([[origin], *(then(w, w.text) for w in parts)])[:1]
 
     def _covering(self, seg: Segment, text: str) -> set[Written] | None:
         """The writes whose stretches (``_regions``) cover every place ``text`` stands in ``seg``;
@@ -401,7 +408,11 @@ class ProvenanceIndex(Naming, Steering):
             ]
         out: list[Origin] = []
         for origin, source in found:
-            again = self._retrace(value, text, origin, source) if source is not None and self.writes else None
+            again = (
+                self._retrace(value, text, origin, source, (kind, cased, party))
+                if source is not None and self.writes
+                else None
+            )
             for o in again if again is not None else [origin]:
                 if o not in out:
                     out.append(o)

@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tether.policy._provenance_mentions import refused
-from tether.policy._provenance_values import unfold
+from tether.policy._provenance_values import PARTY_DIGITS, unfold
 
 __all__ = [
     "DateMention",
@@ -317,6 +317,14 @@ def _labelled(folded: str, before: list[tuple[int, str]], start: int, end: int) 
     return any(w in _STREETS for w in _ALPHA.findall(folded, end, end + 40)[:3])
 
 
+def _party_number(whole: str) -> bool:
+    """Whether a bare figure (no currency, no fraction) is a number that names a party: a run of
+    ``PARTY_DIGITS`` digits or more written without thousands separators (an account, a phone),
+    as ``find_numbers`` reads one. A sum that large is written grouped (``12,000,000``) or with
+    its currency; read as one, it would bound a payment to that account by the account's digits."""
+    return "," not in whole and len(whole) >= PARTY_DIGITS
+
+
 _NEXT_FIGURE = re.compile(r"\s?\d")
 _GROUP_AFTER = re.compile(r"[^\S\n]+(?=\d)")
 _GROUP_BEFORE = re.compile(r"[^\W_]*\d[^\W_]*[^\S\n]+$")
@@ -428,6 +436,8 @@ def priced(text: str) -> list[tuple[float, str | None]]:
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
         if not ((currency and not ahead) or named or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
+        if not ((currency and not ahead) or named or m.group(2)) and _party_number(m.group(1)):
+            continue  # "pay the 200.00 deposit to 301018104000": the payee's account, no sum
         code = named or (currency_code(currency.group(0)) if currency and not ahead else None)
         minor = _MINOR.match(folded, end)
         value *= (_MINOR_UNITS[minor.group(1)] if minor else 1.0) * _share_of(folded, sentence, m.start())

@@ -185,16 +185,19 @@ def index_for(
     # What the runs before it did (``RunState.inherited_*``: its parent's history when it started
     # this child run, a workflow's earlier nodes) is its history too, in the order observed.
     observations = sorted(history(state, "observations"), key=_observed)
-    first_seen: dict[str, int] = {}
     by_call: dict[str, list[Segment]] = {}
+    aliases = _aliases(observations)
     for i, obs in enumerate(observations):
-        first_seen.setdefault(obs.call_id, i)
         found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
         by_call.setdefault(obs.call_id, []).extend(found)
+        if aliases[i] != obs.call_id:  # a call id used again: this call's, not the first's
+            found = [
+                dataclasses.replace(g, label=dataclasses.replace(g.label, call_id=aliases[i])) for g in found
+            ]
         segments.extend(found)
         positions.extend([i] * len(found))
     ids = frozenset(k for source in (*config.sources.values(), config.default) for k in source.record_id)
-    written, reads = _writes(state, observations, first_seen, writes, targets, ids)
+    written, reads = _writes(state, observations, aliases, writes, targets, ids)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -212,7 +215,7 @@ def index_for(
 def _writes(
     state: Any,
     observations: list[Any],
-    first_seen: Mapping[str, int],
+    aliases: list[str],
     writes: Callable[[str], bool] | None,
     targets: Callable[[str], Iterable[str]] | None,
     ids: frozenset[str] = frozenset(),
@@ -222,35 +225,36 @@ def _writes(
     their argument leaves)."""
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
-    answers = {obs.call_id for obs in observations if _answer(obs)}
     calls = history(state, "calls")
+    seen_at = _positions(calls, observations)
+    answers = {i for i, obs in enumerate(observations) if _answer(obs)}
     # Calls the model proposed together ran together: a write among them may have stored its
     # value before another's read returned, whichever result came first.
     turns = _turns(state)
     began: dict[int, int] = {}
-    for record in calls:
-        if (turn := turns.get(record.call_id)) is not None and record.call_id in first_seen:
-            began[turn] = min(began.get(turn, first_seen[record.call_id]), first_seen[record.call_id])
+    for record, seen in zip(calls, seen_at, strict=True):
+        if (turn := turns.get(record.call_id)) is not None and seen is not None:
+            began[turn] = min(began.get(turn, seen), seen)
     after = 0  # observations made before the call: after the last one of a call before it
-    for record in calls:
-        seen = first_seen.get(record.call_id)
+    for record, seen in zip(calls, seen_at, strict=True):
         at = after if seen is None else seen  # a call that crashed has no observation of its own
         after = max(after, at + 1 if seen is not None else after)
         if (turn := turns.get(record.call_id)) is not None:
             at = min(at, began.get(turn, at))
         if record.status not in REACHED:
             continue
+        call_id = record.call_id if seen is None else aliases[seen]  # ``_aliases``
         leaves = _leaves(record.arguments)
         aimed, declared, fields = _aimed(
             record.arguments, targets(record.tool) if targets is not None else (), ids
         )
         if seen is not None:
-            reads[record.call_id] = (seen, leaves)
+            reads[call_id] = (seen, leaves)
         # A write: any later read may return it. A read keeps nothing, but what it returns may
         # repeat what it was asked (a search echoes its query): an echo into that call alone.
-        echo = "" if writes is None or writes(record.tool) else record.call_id
-        if record.call_id in answers and seen is not None:
-            written.append(Written(" ".join(map(normalise, leaves)), seen, echo=record.call_id, answer=True))
+        echo = "" if writes is None or writes(record.tool) else call_id
+        if seen in answers:
+            written.append(Written(" ".join(map(normalise, leaves)), seen, echo=call_id, answer=True))
         if echo and seen is None:
             continue
         for leaf in (form for value in leaves for form in (value, *decoded(value))):
@@ -264,6 +268,37 @@ def _writes(
                 given = tuple(v for v in leaves if normalise(v) not in kept) if target else ()
                 written.append(Written(text, at, links, echo, target=target, given=given))
     return written, reads
+
+
+def _positions(calls: list[Any], observations: list[Any]) -> list[int | None]:
+    """The position of each call's own observation among ``observations`` (None for a call that
+    has none: refused, or crashed). A call id the model used again in a later turn (a backend
+    that numbers each turn's calls from ``call_0``) names two calls: each record takes the next
+    observation of its id, in order, never the first call's (a write placed at an earlier call's
+    result was judged as made before the text that chose it had been read)."""
+    slots: dict[str, list[int]] = {}
+    for i, obs in enumerate(observations):
+        slots.setdefault(obs.call_id, []).append(i)
+    out: list[int | None] = []
+    for record in calls:
+        mine = slots.get(record.call_id) if record.status in _OBSERVED else None
+        out.append(mine.pop(0) if mine else None)
+    return out
+
+
+def _aliases(observations: list[Any]) -> list[str]:
+    """Each observation's call id, as the index tells calls apart: a call id the model used
+    again (``_positions``) names another call each time, so its later results are labelled
+    ``<id>\x00<n>``: a lookup's echo, what steered it and a task's answer are that call's."""
+    count: dict[str, int] = {}
+    out: list[str] = []
+    for obs in observations:
+        n = count[obs.call_id] = count.get(obs.call_id, -1) + 1
+        out.append(obs.call_id if n == 0 else f"{obs.call_id}\x00{n}")
+    return out
+
+
+_OBSERVED = frozenset({"ok", "error"})  # the statuses of a call recorded with its observation
 
 
 def _aimed(
