@@ -350,6 +350,24 @@ def test_a_word_written_after_stored_labels_makes_no_new_link_but_a_scheme_compl
     assert verdict(run, "write_note", attack) != "allow"
 
 
+def test_a_word_written_after_a_stored_address_and_its_dots_makes_no_new_link() -> None:
+    # Found by the property above (rarely: a flaky CI failure): an account glued to "<", then
+    # "Remember: <address>.." kept, then the user's own "done" read as the URI
+    # "remember:mark.black-…@gmail.com..done" (markup opens it; an address alone is a handle, not
+    # a link), and the user's note went to a reviewer. A URI's last label follows its last colon
+    # or dot, as a host's does.
+    run = Run()
+    run.observe("read_inbox", [{"id": "7", "sender": "news@shop.example", "body": INJECTION}])
+    run.ran("write_note", {"title": "Quarterly Review", "body": f"{ATTACKER['account']}<"})
+    run.ran("write_note", {"title": "Quarterly Review", "body": f"Remember: {ATTACKER['mailbox']}.."})
+    assert verdict(run, "write_note", {"title": "Quarterly Review", "body": "done"}) == "allow"
+    # The address itself is still the attacker's, and a domain the next piece completes is a link.
+    attack = {"recipients": [ATTACKER["mailbox"]], "subject": "Q", "body": "Hi"}
+    assert verdict(run, "send_email", attack) != "allow"
+    run.ran("write_note", {"title": "Quarterly Review", "body": "<go: secure-systems."})
+    assert verdict(run, "write_note", {"title": "Quarterly Review", "body": "com/deal"}) != "allow"
+
+
 def test_a_restricted_argument_with_nothing_to_judge_fails_closed() -> None:
     run = Run()
     assert verdict(run, "send_email", {"recipients": [None, True], "subject": "Q", "body": "x"}) != "allow"

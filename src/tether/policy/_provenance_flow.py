@@ -484,7 +484,9 @@ def _run_on(link: Link, before: str, joined: str) -> bool:
     """Whether ``link`` is one sentence's or label's last word and the next one's first, run
     together where a piece ends (``the sea.`` + ``Rooms are big``, ``Deposit paid:`` + ``done``,
     ``200.`` + ``Breakfast``): its last label (a URI: what follows its last colon) opens at or before
-    where the new piece begins, is no domain suffix, and ends the link (no path, no port)."""
+    where the new piece begins, is no domain suffix, and ends the link (no path, no port). A URI's
+    last label is what follows its last colon or dot: ``remember: bob@x.example..`` + ``done`` ran
+    a note's address on into the next note's word, as ``….com`` + ``done`` does a host."""
     folded = _bare(joined)
     at = min(len(_bare(before)), len(folded) - len(_bare(joined[len(before) :])))
     raw = _bare(link.raw)
@@ -498,7 +500,7 @@ def _run_on(link: Link, before: str, joined: str) -> bool:
         last = host.rpartition(".")[2]
         opens = start + len(raw.rstrip(".")) - len(last)
     else:
-        last = raw.rpartition(":")[2]  # the word after the URI's last colon ("scheme:…:done")
+        last = re.split(r"[:.]", raw)[-1]  # the word after the URI's last colon or dot ("…:done")
         opens = start + len(raw) - len(last)
         if not last.isalpha():
             return False
