@@ -22,6 +22,13 @@ What did not hold, fixed here and pinned below:
   "unexpected error: ReadOnlySqlTransaction … report it" (exit 7). They say the server takes no
   writes and to point the URL at the primary (``store_read_only``, exit 1), nothing written;
   reading commands (``approvals list``, ``runs list``) work there as before.
+- ``tether db check``, the operator's look before and after the migration, said "ready" (exit 0)
+  for a deployment a later release had contracted (a marked migration), where every worker and
+  most commands of this release refuse (``schema_too_new``), and said nothing of migrations this
+  release had yet to apply (the previous release's schema). It reads the journals now (the
+  schema's, or each SQLite store file's) without writing: ``schema_too_new`` (exit 1) naming the
+  migration; otherwise ready, with ``pending`` (what ``db init`` or a worker's start applies) and
+  ``later`` (a later release's expand-only migrations, worked beside).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -253,3 +261,47 @@ def test_a_url_on_a_read_replica_says_so_and_writes_nothing(
     assert _cli(capsys, "runs", "list", "--db", op.url)[0] == 0
     code, out = _cli(capsys, "approvals", "approve", pid, "--db", pg_url, "--reviewer", "rita")
     assert (code, out["status"]) == (0, "approved"), out
+
+
+def _add_journal_row(url: str, name: str, tmp_path: Path) -> None:
+    """A later release's migration recorded in the journal (PostgreSQL's, or approvals.db's)."""
+    import sqlite3
+
+    import psycopg
+
+    if url.startswith("sqlite"):
+        with closing(sqlite3.connect(tmp_path / "deployment" / "approvals.db")) as db:
+            db.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, '2027-01-01')", (name,))
+            db.commit()
+        return
+    schema, _ = _schemas(url)
+    with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {schema}._migrations (name, applied_at) VALUES (%s, now())", (name,))
+
+
+def test_db_check_names_migrations_to_apply_and_refuses_a_store_a_later_release_contracted(
+    pg_url: str, rows_role: str, tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """The previous release's deployment: ``db check`` (with the rows-only role too) lists the
+    migration this release has to apply; after ``db init`` none. A later release's expand-only
+    migration is listed as worked beside; its marked one makes ``db check`` refuse as the
+    workers do (``schema_too_new``, exit 1), on PostgreSQL and SQLite alike; it said "ready"."""
+    owner, op = _operators(pg_url, rows_role, tmp_path, capsys, old_src)
+    owner.old_cli("db", "init", "--db", pg_url)
+    _grant_rows(pg_url, rows_role)
+    for url in (pg_url, op.url):
+        code, out = _cli(capsys, "db", "check", "--db", url)
+        assert (code, out["pending"], out["later"]) == (0, ["approvals.003_ledger_tenant"], []), out
+    assert "approvals.003_ledger_tenant" not in _journal(pg_url)  # a check writes nothing
+    sqlite_url = f"sqlite:///{tmp_path / 'deployment'}"
+    for url in (pg_url, sqlite_url):
+        assert _cli(capsys, "db", "init", "--db", url)[0] == 0
+        _add_journal_row(url, "approvals.900_later_column", tmp_path)
+        code, out = _cli(capsys, "db", "check", "--db", url)
+        assert (code, out["pending"], out["later"]) == (0, [], ["approvals.900_later_column"]), out
+        _add_journal_row(url, "approvals.901_later_rename!", tmp_path)
+        code, out = _cli(capsys, "db", "check", "--db", url)
+        assert (code, out["error"]) == (1, "schema_too_new"), out
+        assert "approvals.901_later_rename!" in out["message"], out
+        code, out = _cli(capsys, "approvals", "list", "--db", url)  # as every command of it does
+        assert (code, out["error"]) == (1, "schema_too_new"), out
