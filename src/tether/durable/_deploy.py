@@ -167,11 +167,11 @@ def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
 def _journal_names(t: Target, conn: Any) -> set[str]:
     """The migrations applied: PostgreSQL's journal in the URL's schema (``conn``'s search path),
     or every SQLite store file's of the deployment's folder."""
-    import sqlite3
-
-    from psycopg.errors import UndefinedTable
+    from tether.sql._sqlite import connect
 
     if conn is not None:
+        from psycopg.errors import UndefinedTable
+
         try:
             return {str(r[0]) for r in conn.execute("SELECT name FROM _migrations").fetchall()}
         except UndefinedTable:
@@ -179,7 +179,7 @@ def _journal_names(t: Target, conn: Any) -> set[str]:
     assert t.path is not None
     names: set[str] = set()
     for file in sorted(t.path.glob("*.db")):
-        with closing(sqlite3.connect(f"file:{file}?mode=ro", uri=True, timeout=5)) as db:
+        with closing(connect(file, busy_timeout_s=5)) as db:  # read only: nothing created
             if db.execute("SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchone():
                 names.update(str(r[0]) for r in db.execute("SELECT name FROM _migrations"))
     return names
