@@ -105,10 +105,12 @@ def _no_bug(err: Exception) -> tuple[str, int, str] | None:
     an optional package not installed, a store another process held, a database lost."""
     from tether.clisupport.output import EXIT_CODES, USAGE, missing_extra
     from tether.sql._database import busy
-    from tether.sql._postgres import StoreUnavailable
+    from tether.sql._postgres import StoreRefused, StoreUnavailable
 
     if (needs := missing_extra(err)) is not None:
         return "missing_extra", USAGE, needs
+    if isinstance(err, StoreRefused):  # the URL's role or server, not a bug: nothing was written
+        return err.reason, USAGE, str(err)
     if busy(err):  # another process (a worker, of any release) held a store's file
         why = (
             f"a store is busy: {getattr(err, 'orig', None) or err}; another process (a worker or a"

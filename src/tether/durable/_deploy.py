@@ -9,6 +9,7 @@ worker --init``) creates the database if missing and migrates DBOS's tables and 
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,49 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
             f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
         )
     return t, conn
+
+
+def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+    """``check_deployment``, then what this release reads of the deployment's journals
+    (``_migrations``): ``pending``, its migrations of a store there not yet applied (``tether db
+    init`` or a worker's start applies them), and ``later``, a later release's it does not know
+    (worked beside). Raises ``SchemaTooNew`` when a later release marked one: no worker or
+    command of this release would read or write there. Creates and writes nothing."""
+    from tether.sql._database import MIGRATIONS
+    from tether.sql._journal import refuse_later
+
+    t, conn = open_deployment(url, timeout_s=timeout_s)
+    try:
+        names = _journal_names(t, conn)
+    finally:
+        if conn is not None:
+            conn.close()
+    refuse_later(t.describe(), names, [None])
+    concerns = sorted({n.split(".", 1)[0] for n in names} & set(MIGRATIONS))
+    pending = [n for c in concerns for n, _ in MIGRATIONS[c] if n not in names]
+    known = {n for steps in MIGRATIONS.values() for n, _ in steps}
+    return {"target": t.describe(), "pending": pending, "later": sorted(set(names) - known)}
+
+
+def _journal_names(t: Target, conn: Any) -> set[str]:
+    """The migrations applied: PostgreSQL's journal in the URL's schema (``conn``'s search path),
+    or every SQLite store file's of the deployment's folder."""
+    from tether.sql._sqlite import connect
+
+    if conn is not None:
+        from psycopg.errors import UndefinedTable
+
+        try:
+            return {str(r[0]) for r in conn.execute("SELECT name FROM _migrations").fetchall()}
+        except UndefinedTable:
+            return set()  # an earlier release's stores, or none yet
+    assert t.path is not None
+    names: set[str] = set()
+    for file in sorted(t.path.glob("*.db")):
+        with closing(connect(file, busy_timeout_s=5)) as db:  # read only: nothing created
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchone():
+                names.update(str(r[0]) for r in db.execute("SELECT name FROM _migrations"))
+    return names
 
 
 def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:

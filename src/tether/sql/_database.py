@@ -35,7 +35,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql._journal import check_own_marks, refuse_later
-from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable
+from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable, ensure_schema, refused
 from tether.sql._sqlite import held, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
@@ -345,19 +345,10 @@ class Database:
         self._migrated.update(f"journal:{c}" for c in todo)
 
     def _ensure_schema(self) -> None:
-        if not self.schema or "schema" in self._migrated:
-            return
-        import psycopg
-
-        assert self.url is not None
-        try:
-            with psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=5) as conn:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
-            pass  # another process created it at the same instant (IF NOT EXISTS does not lock)
-        except psycopg.OperationalError as err:
-            raise StoreUnavailable(f"PostgreSQL at {self._key} is unreachable: {err}") from None
-        self._migrated.add("schema")
+        if self.schema and "schema" not in self._migrated:
+            assert self.url is not None
+            ensure_schema(self.url, self._key)
+            self._migrated.add("schema")
 
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Connection]:
@@ -451,7 +442,8 @@ class Database:
                 ):
                     raise _Lost(str(err.orig), getattr(err.orig, "sqlstate", None) in CUT) from None
                 trans.rollback()
-                raise _unwrapped(err) from None
+                orig = _unwrapped(err)  # a role's or replica's refusal says so, typed
+                raise (refused(self._key, orig) or orig) from None
             except BaseException:
                 trans.rollback()
                 raise
@@ -556,26 +548,29 @@ def _migrate(
         # suspended migrator every start), not by a ``statement_timeout`` (it cut a long DDL).
         conn.execute(text(f"SET LOCAL lock_timeout = {int(MIGRATION_LOCK_WAIT_S * 1000)}"))
         conn.execute(text("SET LOCAL statement_timeout = 0"))
-        _locked(conn, MIGRATION_LOCK, functools.partial(conn.execute, _TAKE_LOCK))
+        _locked(conn, key, MIGRATION_LOCK, functools.partial(conn.execute, _TAKE_LOCK))
     METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
     applied = set(conn.scalars(select(migrations_table.c.name)))
     _too_new(key, concern, steps, applied)
     done = []
     for name, step in steps:
         if name not in applied:
-            _locked(conn, name, functools.partial(step, conn))
+            _locked(conn, key, name, functools.partial(step, conn))
             conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
             done.append(name)
     return done
 
 
-def _locked(conn: Connection, what: str, fn: Callable[[], Any]) -> None:
-    """``fn()``; ``MigrationBusy(what)`` when a lock it waited for was not had in time."""
+def _locked(conn: Connection, key: str, what: str, fn: Callable[[], Any]) -> None:
+    """``fn()``; ``MigrationBusy(what)`` when a lock it waited for was not had in time,
+    ``StoreRefused`` naming ``what`` when the role may not run it (or the server takes no DDL)."""
     try:
         fn()
     except DBAPIError as err:
         if getattr(err.orig, "sqlstate", None) == "55P03":  # lock_not_available
             raise MigrationBusy(what) from None
+        if (no := refused(key, err.orig, f"migration {what}")) is not None:
+            raise no from None
         raise
 
 

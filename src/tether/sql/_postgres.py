@@ -39,6 +39,71 @@ class StoreHeld(StoreUnavailable):
     reason = "store_busy"
 
 
+class StoreRefused(ConfigError):
+    """The database refused a statement to the role or server the URL names: a right the role
+    lacks (``store_forbidden``: a worker's role that may write rows but not alter tables), or a
+    server or role that takes no writes (``store_read_only``: a read replica, a hot standby,
+    ``default_transaction_read_only``). Nothing was written; no retry will change it."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# The server's refusals (SQLSTATE) of a statement the role or server may not run, by reason.
+_REFUSALS = {"42501": "store_forbidden", "25006": "store_read_only"}
+_MIGRATOR = (
+    "a migration needs a role that may create in tether's schema and owns its tables: run tether"
+    " db init once with such a role (the schema's owner); workers and commands may then run with a"
+    " role that only reads and writes rows"
+)
+
+
+def refused(key: str, err: BaseException | None, migrating: str | None = None) -> StoreRefused | None:
+    """``StoreRefused`` naming the store ``key`` (and what it was ``migrating``, if it was) when
+    ``err`` is the server's refusal of the role or of any write, else ``None``."""
+    reason = _REFUSALS.get(str(getattr(err, "sqlstate", None)))
+    if reason is None:
+        return None
+    said = " ".join(str(err).split())
+    what = migrating or "a statement"
+    if reason == "store_read_only":
+        fix = (
+            "the server or role takes no writes (a read replica or hot standby, or"
+            " default_transaction_read_only set for the role or database): point the URL at the"
+            " primary, with a role that may write"
+        )
+    elif migrating:
+        fix = _MIGRATOR
+    else:
+        fix = (
+            "grant the URL's role USAGE on tether's schemas and SELECT, INSERT, UPDATE, DELETE on"
+            " their tables, or use a role that has them"
+        )
+    return StoreRefused(reason, f"{key}: the database refused {what} ({said}); nothing was written: {fix}")
+
+
+def ensure_schema(pg: PgUrl, key: str) -> None:
+    """Create the URL's schema unless it is there (looked up first: ``CREATE SCHEMA IF NOT
+    EXISTS`` needs the database's CREATE right even where the schema exists, which a worker's
+    role or a read replica lacks). Raises ``StoreUnavailable``, ``StoreRefused``."""
+    import psycopg
+
+    try:
+        with psycopg.connect(pg.conninfo, autocommit=True, connect_timeout=5) as conn:
+            found = conn.execute("SELECT to_regnamespace(%s)", (pg.schema,)).fetchone()
+            if found is None or found[0] is None:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {pg.schema}")
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+        pass  # another process created it at the same instant (IF NOT EXISTS does not lock)
+    except psycopg.OperationalError as err:
+        raise StoreUnavailable(f"PostgreSQL at {key} is unreachable: {err}") from None
+    except psycopg.Error as err:
+        if (no := refused(key, err, f"CREATE SCHEMA {pg.schema}")) is not None:
+            raise no from None
+        raise
+
+
 @dataclass(frozen=True, slots=True)
 class PgUrl:
     """A parsed ``postgresql://`` URL: what psycopg connects to, and tether's schema.

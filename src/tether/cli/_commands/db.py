@@ -38,16 +38,20 @@ def run(args: argparse.Namespace) -> int:
         need = "needs the deployment's storage URL: pass --db URL or set TETHER_DB"
         return fail(f"tether db {args.action}", need, as_json=args.json, error="no_db")
     try:
-        from tether.durable._deploy import DeploymentUnavailable, check_deployment, init_deployment
+        from tether.durable._deploy import DeploymentUnavailable, check_migrations, init_deployment
     except ImportError as err:
         return fail("tether db", f"{NEEDS_DURABLE}: {err}", as_json=args.json)
     try:
-        out = init_deployment(url) if args.action == "init" else {"target": check_deployment(url).describe()}
+        out = init_deployment(url) if args.action == "init" else check_migrations(url)
     except DeploymentUnavailable as err:
         return fail(f"tether db {args.action}", err, as_json=args.json, code=err.exit)
-    except ConfigError as err:
+    except ConfigError as err:  # schema_too_new: a later release's migration this one refuses
         return fail(f"tether db {args.action}", err, as_json=args.json)
     text = f"{out['target']}: ready"
+    if out.get("pending"):
+        text += f"; migrations to apply (tether db init, or a worker's start): {', '.join(out['pending'])}"
+    if out.get("later"):
+        text += f"; a later release's migrations, worked beside: {', '.join(out['later'])}"
     if args.action == "init":
         made = "created" if out["database_created"] else "exists"
         text = f"{out['target']}: database {made}; DBOS schema {out['dbos_schema']} and tether's tables ready"
