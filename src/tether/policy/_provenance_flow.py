@@ -16,7 +16,7 @@ from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
-from tether.policy._provenance_run import SENT, calls_before
+from tether.policy._provenance_run import SENT, calls_before, history
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
@@ -30,6 +30,7 @@ from tether.policy._provenance_values import (
 )
 
 __all__ = [
+    "carried_records",
     "confidential_flow",
     "contained_segments",
     "joined_handles",
@@ -53,6 +54,34 @@ def sent_before(
         if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
             continue
         if rules.no_flow & wanted:
+            out.update({f"{record.tool}#{record.call_id}.{a}": v for a, v in record.arguments.items()})
+    return out
+
+
+def carried_records(
+    state: Any, call_id: str, rules_of: Callable[[str], Any], records: Iterable[str], tools: Any = None
+) -> dict[str, Any]:
+    """What the request's earlier writes put into a record a call acts on (``records``: the
+    values of its target and name arguments), keyed ``tool#call.argument``: the arguments of
+    each write, before ``call_id``, whose arguments or result hold one of ``records`` whole
+    (``create_file`` answered the id ``share_file`` is given, or was given the name it shares).
+    Sharing, sending or publishing that record carries out what the run wrote into it, though
+    the call that does it receives only its id."""
+    wanted = {r.casefold() for r in records if r.strip()}
+    if not wanted:
+        return {}
+    results: dict[str, list[str]] = {}
+    for seen in history(state, "observations"):
+        results.setdefault(seen.call_id, []).extend(split_values(seen.data))
+    out: dict[str, Any] = {}
+    for record in calls_before(state, call_id, tools):
+        rules = rules_of(record.tool)
+        if rules is None or rules.effect == "read" or record.status not in SENT:
+            continue
+        if not isinstance(record.arguments, Mapping):
+            continue
+        held = [*split_values(record.arguments), *results.get(record.call_id, ())]
+        if wanted & {v.casefold() for v in held}:
             out.update({f"{record.tool}#{record.call_id}.{a}": v for a, v in record.arguments.items()})
     return out
 

@@ -34,7 +34,13 @@ from tether.policy._provenance_declarations import (
     rules_from_dict,
 )
 from tether.policy._provenance_elements import Pieces, judged_elements, outside_keys, pieces
-from tether.policy._provenance_flow import confidential_flow, joined_links, party_handles, sent_before
+from tether.policy._provenance_flow import (
+    carried_records,
+    confidential_flow,
+    joined_links,
+    party_handles,
+    sent_before,
+)
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -248,6 +254,9 @@ class ProvenanceRules:
                 index, call.arguments, properties, rules.no_flow, each=False, sent=sent
             ):
                 out.worse("approve", problem)  # a secret split between two arguments
+        if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
+            for problem in self._carried_flow(index, call, rules):
+                out.worse("approve", problem)  # a secret the run wrote into the record it sends
         if effectful and not judged and (chosen := index.wrote_others_choice()) is not None:
             out.worse("approve", {"problem": "acts_on_others_choice", "written": chosen[:200]})
         if effectful and not rules.requested_by and not judged:
@@ -264,6 +273,17 @@ class ProvenanceRules:
         )
 
     # -- one element of one argument --------------------------------------------------------
+
+    def _carried_flow(
+        self, index: ProvenanceIndex, call: ProposedCall, rules: ToolRules
+    ) -> list[dict[str, Any]]:
+        """``confidential_flow`` in what the run wrote into the records ``call`` shares or sends
+        by id or name (``carried_records``): a file created holding the door code, then shared."""
+        named = [r.argument for r in rules.arguments.values() if r.role in ("target", "name")]
+        values = [v for a in named for v in split_values(call.arguments.get(a))]
+        carried = carried_records(call.state, call.call_id, self._rules_of, values, call.tools)
+        problems = confidential_flow(index, carried, {}, rules.no_flow) if carried else []
+        return [{**p, "argument": ", ".join(named)} for p in problems[:1]]
 
     def _judge(
         self,

@@ -358,15 +358,16 @@ def holds_secret(secret: str, text: str, bare: str) -> bool:
     """Whether ``secret`` stands in ``text``: from ``MIN_CONTAINED`` characters anywhere, one with
     a letter also spaced or punctuated otherwise (``bare``: ``hunter2 Vx9`` is ``hunter2-Vx9``; a
     figure keeps its own form), or its words each a word of ``text``, wherever and in whatever
-    order (``_in_pieces``); a shorter one with a digit (a PIN) as a word of its own, its
-    characters read across a few spaces or marks between them, never glued to another word."""
+    order (``_in_pieces``), or cut anywhere into words of ``text`` (``_in_parts``); a shorter one
+    with a digit (a PIN) as a word of its own, its characters read across a few spaces or marks
+    between them, never glued to another word."""
     if len(secret) >= MIN_CONTAINED:
         if secret in text:
             return True
         stripped = BARE.sub("", secret)
         if len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare:
             return True
-        return _in_pieces(secret, text)
+        return _in_pieces(secret, text) or _in_parts(secret, text)
     if len(secret) < 3 or not any(c.isdigit() for c in secret):
         return False
     spaced = r"[\W_]{0,3}".join(map(re.escape, secret))  # "4 8 2 1", "48-21" are the code 4821
@@ -384,6 +385,34 @@ def _in_pieces(secret: str, text: str) -> bool:
     if len(words) < 2 or sum(map(len, words)) < MIN_CONTAINED:
         return False
     return all(re.search(rf"(?<![^\W_]){re.escape(w)}(?![^\W_])", text) for w in words)
+
+
+_PARTS = 128  # the longest secret read as told in parts: more than a key or a password needs
+
+
+def _in_parts(secret: str, text: str) -> bool:
+    """Whether ``secret`` (a letter in it, ``MIN_CONTAINED`` to ``_PARTS`` letters and digits) is
+    its letters and digits cut anywhere into words of ``text``, wherever and in whatever order:
+    "first hunt, then er2-Vx9" or "the key is 2pL7v, after Xk9mQ" tell ``hunter2-Vx9`` and
+    ``Xk9mQ2pL7v`` to a reader who joins them, as ``_in_pieces`` reads a secret cut between its
+    words. Each part two characters at least, and at most one part for every three characters of
+    it (a key in two or three parts; the short words of prose do not spell a secret)."""
+    whole = BARE.sub("", secret)
+    size = len(whole)
+    if not MIN_CONTAINED <= size <= _PARTS or not any(c.isalpha() for c in whole):
+        return False
+    words = {*_ALNUM.findall(text), *(BARE.sub("", w) for w in text.split())}  # "hunter2-V" too
+    parts = {w for w in words if 2 <= len(w) < size and w in whole}
+    most = max(2, size // 3)
+    fewest = [0] + [most + 1] * size  # the fewest parts that make each prefix of ``whole``
+    for start in range(size):
+        if fewest[start] >= most:
+            continue
+        for part in parts:
+            end = start + len(part)
+            if whole.startswith(part, start) and fewest[start] + 1 < fewest[end]:
+                fewest[end] = fewest[start] + 1
+    return fewest[size] <= most
 
 
 @functools.lru_cache(maxsize=8192)
