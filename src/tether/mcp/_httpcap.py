@@ -420,15 +420,6 @@ def _bad_session_id(response: httpx2.Response) -> str | None:
     )
 
 
-def _method(request: httpx2.Request) -> Any:
-    """The method of the JSON-RPC message a POST carries (``None``: none)."""
-    try:
-        message = json.loads(request.content) if request.method == "POST" else None
-    except (httpx2.RequestNotRead, ValueError):
-        return None
-    return message.get("method") if isinstance(message, dict) else None
-
-
 def _request_id(request: httpx2.Request) -> Any:
     """The id of the JSON-RPC request a POST carries (``None``: not one request)."""
     if request.method != "POST":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
@@ -18,19 +19,27 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_values import find_numbers
 
-__all__ = ["who_chose"]
+__all__ = ["Pick", "who_chose"]
 
 
-def who_chose(
-    index: ProvenanceIndex,
-    assigned: frozenset[str],
-    rule: ArgumentRule,
-    text: str,
-    origins: Sequence[Origin],
-    accepted: set[str],
-    effectful: bool,
-    asked: bool,
-) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One accepted value of one argument, as ``who_chose`` asks about it: the run's index, the
+    trust configuration's ``assigned`` classes, the argument's rule, the value's text and
+    origins, the classes of those the rule accepts, whether the call has an effect and whether
+    the request asks for it."""
+
+    index: ProvenanceIndex
+    assigned: frozenset[str]
+    rule: ArgumentRule
+    text: str
+    origins: Sequence[Origin]
+    accepted: set[str]
+    effectful: bool
+    asked: bool
+
+
+def who_chose(pick: Pick) -> dict[str, Any] | None:
     """Who chose the value. A class that *designates* it — the user's words (``user``,
     ``user:word``, a ``template`` the user wrote), or a field of a record the user named
     (``named:…``) — says the user picked it. Every other accepted class (``directory``, a
@@ -56,10 +65,8 @@ def who_chose(
     asked, so after untrusted text such a pick always goes to a reviewer.
 
     Returns the problem a reviewer is shown (``chosen_after_untrusted`` and why), or None."""
-    designating = {c for c in accepted if _designates(c)}
-    if designating:
-        return _designated(index, assigned, rule, text, designating, effectful, asked)
-    return _vouched(index, assigned, rule, text, origins, accepted, effectful, asked)
+    designating = {c for c in pick.accepted if _designates(c)}
+    return _designated(pick, designating) if designating else _vouched(pick)
 
 
 def _designates(cls: str) -> bool:
@@ -67,17 +74,10 @@ def _designates(cls: str) -> bool:
     return cls in (USER, USER_WORD, "template") or cls.startswith("named:")
 
 
-def _designated(
-    index: ProvenanceIndex,
-    assigned: frozenset[str],
-    rule: ArgumentRule,
-    text: str,
-    designating: set[str],
-    effectful: bool,
-    asked: bool,
-) -> dict[str, Any] | None:
+def _designated(pick: Pick, designating: set[str]) -> dict[str, Any] | None:
     """``who_chose`` for a value a designating class holds: the problem, if any."""
-    kind = shape_kind(text)
+    index, rule, effectful, asked = pick.index, pick.rule, pick.effectful, pick.asked
+    kind = shape_kind(pick.text)
     named_only = not designating - {c for c in designating if c.startswith("named:")}
     why: dict[str, Any] = {}
     if named_only and effectful and rule.role == "destination" and not asked:
@@ -90,27 +90,25 @@ def _designated(
         # for something else (as the target of the call, say). Which of the record's
         # values goes with them is the model's pick.
         why = {"request_states": kind}
-    steering = index.steering(assigned) if why else None
+    steering = index.steering(pick.assigned) if why else None
     if steering is None:
         return None
     return {"problem": "chosen_after_untrusted", "after": steering.label.describe(), **why}
 
 
-def _vouched(
-    index: ProvenanceIndex,
-    assigned: frozenset[str],
-    rule: ArgumentRule,
-    text: str,
-    origins: Sequence[Origin],
-    accepted: set[str],
-    effectful: bool,
-    asked: bool,
-) -> dict[str, Any] | None:
+def _vouched(pick: Pick) -> dict[str, Any] | None:
     """``who_chose`` for a value accepted classes only vouch for: the problem, if any. Before
     the run read any text someone chose, a longer text of an assigned class the rule accepts
     that states a party's handle ("Deposit account: …" in the user's notes) is where it was
     read, not a mention of it: a write that kept such a handle in a store was judged for it
     (``_judged_when_kept``); a name, which no write is judged for, is still mentioned there."""
+    index, assigned, text, origins, accepted = (
+        pick.index,
+        pick.assigned,
+        pick.text,
+        pick.origins,
+        pick.accepted,
+    )
     steering = index.steering(assigned)
     stating = (
         {o.label for o in origins if o.label is not None and o.trust in accepted}
@@ -139,7 +137,7 @@ def _vouched(
         if any(o.label is not None and index.steered(o.label.call_id) for o in origins):
             return {**after, "reached_through": "a call that text someone chose had selected"}
         return {**after, "described_in": described[0].label.describe()} if described else after
-    if effectful and rule.role == "destination" and not asked:
+    if pick.effectful and pick.rule.role == "destination" and not pick.asked:
         # Vouched for and read where the system put it, but nobody asked for this
         # effect: who receives it is the model's pick, as for a named record's values.
         return {**after, "effect_not_requested": True}

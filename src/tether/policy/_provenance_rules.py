@@ -22,7 +22,7 @@ from typing import Any
 from tether.core._confusables import check_name
 from tether.core._names import SEPARATOR, offered_name
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_choice import who_chose
+from tether.policy._provenance_choice import Pick, who_chose
 from tether.policy._provenance_dates import bounding, figure, parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
@@ -353,7 +353,7 @@ class ProvenanceRules:
                 accepted = classes & rule.allow
                 # Who chose the value: a reviewer's, when text someone chose may have made the pick.
                 assigned = self.config.assigned
-                chosen = who_chose(index, assigned, rule, text, origins, accepted, effectful, asked)
+                chosen = who_chose(Pick(index, assigned, rule, text, origins, accepted, effectful, asked))
                 if chosen is not None:
                     shown["chosen"] = {k: v for k, v in chosen.items() if k != "problem"}
                     out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **chosen})
