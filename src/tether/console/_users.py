@@ -172,11 +172,13 @@ class Principal:
     via: Literal["session", "token"] = "session"
     csrf: str | None = None  # the session's CSRF token (sessions only)
     session: str | None = None  # digest of the session id (sessions only)
+    token: str | None = None  # the API token's id (tokens only): ``tether users tokens`` lists it
 
     @property
     def actor(self) -> str:
-        """How the audit log names this principal: ``session:ana``, ``token:ana``."""
-        return f"{self.via}:{self.name}"
+        """How the audit log names this principal: ``session:ana``, ``token:ana/<token id>`` (which
+        token acted decides which to revoke; no name holds a ``/``, never a refusal's ``token:<id>``)."""
+        return f"{self.via}:{self.name}" if self.token is None else f"token:{self.name}/{self.token}"
 
     def level(self, tenant: str) -> int:
         return max(ROLES.get(self.grants.get(tenant, ""), 0), ROLES.get(self.grants.get(ALL_TENANTS, ""), 0))
@@ -478,7 +480,7 @@ class UserStore:
         except AuthError as err:  # (under its id, counted: ``refused``); an unknown id names nobody
             self.refused(f"token:{match.group(1)}", "token", err)
             raise
-        return Principal(user, self.grants(user), via="token")
+        return Principal(user, self.grants(user), via="token", token=match.group(1))
 
     def create_session(self, name: str, *, credential: str | None = None) -> str:
         """A new session for ``name``; returns the raw session id (only its digest is stored).
