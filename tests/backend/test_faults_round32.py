@@ -36,7 +36,7 @@ from backend_support import Sleeps
 from test_faults_heldout import ANSWER, SERVERS, Case, case_params, good, only
 from test_faults_round15 import walk_dicts
 from test_faults_round28 import ends_as_its_case_says
-from test_faults_round29 import backend, complete, error_object
+from test_faults_round29 import backend, complete, error_object, run_json
 from test_faults_round31 import on_wire, twice
 
 from tether.errors import ModelError
@@ -219,3 +219,39 @@ def test_a_429_whose_limit_resets_past_the_longest_wait_ends_at_once(
             complete(backend(provider, server.url, transport, stream, sleep=sleeps))
         assert len(server.bodies()) == 2
     assert len(sleeps.waits) == 1 and sleeps.waits[0] < 0.5, sleeps.waits
+
+
+# -- retries spent along a fallback chain ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "transport"),
+    [("openai-chat", "anthropic", "sdk"), ("anthropic", "openai-responses", "http"),
+     ("openai-responses", "openai-chat", "sdk")],
+)  # fmt: skip
+def test_a_chain_whose_models_each_spend_their_retries_ends_model_error(
+    tmp_path: Path, first: str, then: str, transport: str
+) -> None:
+    """Each model of a chain answers 503 (then 529) until its retries are spent: the run ends
+    ``model_error``, non-zero, once each model was asked ``max_retries + 1`` times, no answer
+    accepted. Its message names each model with its provider (before: ``m-1: m-1: …`` twice,
+    which provider unsaid), and its trace's ``model_error`` lists both models and what each met
+    (before: only the retries, each naming ``m-1``)."""
+    each = {"name": "m-1", "max_retries": 1, "timeout_s": 10, "transport": transport}
+    a_replies = [Reply(status=503, error_body=error_object(first))] * 2
+    b_replies = [Reply(status=529, error_body=error_object(then), headers={"retry-after-ms": "10"})] * 2
+    with SERVERS[first](scripted(a_replies)) as a, SERVERS[then](scripted(b_replies)) as b:
+        fallback = [{"provider": then, "base_url": b.url, **each}]
+        model = {"provider": first, "base_url": a.url, "fallback": fallback, **each}
+        code, out, events = run_json(tmp_path, model)
+        assert (len(a.bodies()), len(b.bodies())) == (2, 2)
+    assert (code != 0, out["stop_reason"], out["answer"]) == (True, "model_error", None), out
+    message = out["message"]
+    one, two = message.split("every model failed: ")[1].split("; ")
+    assert one.startswith(f"m-1 ({first}): ") and "HTTP 503" in one, message
+    assert two.startswith(f"m-1 ({then}): ") and "HTTP 529" in two and "m-1: m-1" not in message, message
+    assert message.count("gave up after 2 attempts") == 2, message
+    (error,) = [e for e in events if e["kind"] == "model_error"]
+    said = [(f["model"], f["provider"], "HTTP 503" in f["error"]) for f in error["fallback_from"]]
+    assert said == [("m-1", first, True), ("m-1", then, False)], error
+    assert "HTTP 529" in error["fallback_from"][1]["error"] and len(error["retries"]) == 2, error

@@ -75,11 +75,14 @@ class FallbackModel:
                 if isinstance(err.usage, Usage):
                     spent, cost = spent + err.usage, cost + err.cost_usd
                 if self.active + 1 >= len(self.models):
-                    tried = "; ".join(f"{f['model']}: {f['error']}" for f in failed)
                     usage = spent if spent.total_tokens else None
                     taken = [{**r, "model": f["model"]} for f in failed for r in f.get("retries", ())]
                     raise ModelError(
-                        f"every model failed: {tried}", usage=usage, cost_usd=cost, retries=taken
+                        f"every model failed: {_tried(failed)}",
+                        usage=usage,
+                        cost_usd=cost,
+                        retries=taken,
+                        fallback_from=[{k: v for k, v in f.items() if k != "retries"} for f in failed],
                     ) from None
                 self.active += 1
                 # The k-th switch is always from the k-th model (``active`` only moves forward):
@@ -113,3 +116,14 @@ def _named(model: Model) -> dict[str, Any]:
     if isinstance(provider, str):
         named["provider"] = provider
     return named
+
+
+def _tried(failed: list[dict[str, Any]]) -> str:
+    """What each model of a chain met, each named with its provider (the same name on two
+    providers is told apart) and its error without the name it already begins with (before:
+    ``m-1: m-1: …`` twice over, which provider unsaid)."""
+    said = []
+    for f in failed:
+        name = f"{f['model']} ({f['provider']})" if "provider" in f else f["model"]
+        said.append(f"{name}: {f['error'].removeprefix(f['model'] + ': ')}")
+    return "; ".join(said)
