@@ -12,7 +12,13 @@ Fixed here:
   ``retry-after``: it was asked again after a backoff of milliseconds, each retry spent against
   a limit that had said it was spent for 20 s more. The wait is until the spent limits' latest
   reset now (the soonest, when none says which is spent), as long as a ``retry-after``
-  (``_failures.rate_reset``); one past ``max_retry_after_s`` ends the call at once.
+  (``_failures.rate_reset``); one past ``max_retry_after_s`` ends the call at once;
+- a fallback chain whose every model spent its retries ended ``model_error`` with a message
+  that named each model twice and no provider (``m-1: m-1: HTTP 503 …; m-1: m-1: HTTP 529 …``:
+  the same name on two providers, which failed how?) and a trace whose ``model_error`` held
+  only the retries. The message names each model once after its provider now
+  (``openai-chat model m-1: …``), and the event lists the models and what each met
+  (``fallback_from``, as a call the deadline cut already did: ``ModelError.fallback_from``).
 
 Probed, all already honest on both transports; pinned here so they stay so: a whole answer
 followed by a second JSON document, or cut mid-JSON with its ``Content-Length`` right (each
@@ -234,7 +240,7 @@ def test_a_chain_whose_models_each_spend_their_retries_ends_model_error(
 ) -> None:
     """Each model of a chain answers 503 (then 529) until its retries are spent: the run ends
     ``model_error``, non-zero, once each model was asked ``max_retries + 1`` times, no answer
-    accepted. Its message names each model with its provider (before: ``m-1: m-1: …`` twice,
+    accepted. Its message names each model once, after its provider (before: ``m-1: m-1: …``,
     which provider unsaid), and its trace's ``model_error`` lists both models and what each met
     (before: only the retries, each naming ``m-1``)."""
     each = {"name": "m-1", "max_retries": 1, "timeout_s": 10, "transport": transport}
@@ -248,8 +254,8 @@ def test_a_chain_whose_models_each_spend_their_retries_ends_model_error(
     assert (code != 0, out["stop_reason"], out["answer"]) == (True, "model_error", None), out
     message = out["message"]
     one, two = message.split("every model failed: ")[1].split("; ")
-    assert one.startswith(f"m-1 ({first}): ") and "HTTP 503" in one, message
-    assert two.startswith(f"m-1 ({then}): ") and "HTTP 529" in two and "m-1: m-1" not in message, message
+    assert one.startswith(f"{first} model m-1: ") and "HTTP 503" in one, message
+    assert two.startswith(f"{then} model m-1: ") and "HTTP 529" in two and "m-1: m-1" not in message, message
     assert message.count("gave up after 2 attempts") == 2, message
     (error,) = [e for e in events if e["kind"] == "model_error"]
     said = [(f["model"], f["provider"], "HTTP 503" in f["error"]) for f in error["fallback_from"]]

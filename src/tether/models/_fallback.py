@@ -119,11 +119,11 @@ def _named(model: Model) -> dict[str, Any]:
 
 
 def _tried(failed: list[dict[str, Any]]) -> str:
-    """What each model of a chain met, each named with its provider (the same name on two
-    providers is told apart) and its error without the name it already begins with (before:
-    ``m-1: m-1: …`` twice over, which provider unsaid)."""
+    """What each model of a chain met, each named once, after its provider (the same name on
+    two providers is told apart): ``openai-chat model m-1: HTTP 503 …`` (before: ``m-1: m-1:
+    HTTP 503 …``, which provider unsaid)."""
     said = []
     for f in failed:
-        name = f"{f['model']} ({f['provider']})" if "provider" in f else f["model"]
-        said.append(f"{name}: {f['error'].removeprefix(f['model'] + ': ')}")
+        error = f["error"] if f["error"].startswith(f"{f['model']}: ") else f"{f['model']}: {f['error']}"
+        said.append(f"{f['provider']} model {error}" if "provider" in f else error)
     return "; ".join(said)
