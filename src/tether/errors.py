@@ -134,7 +134,8 @@ class ModelError(RunError):
     stream cut after it reported its usage, an answer refused as garbled), which the run's
     budgets count all the same; None and 0.0 when it reported nothing. ``retries``: each retry
     taken before it (kind, attempt, the wait in seconds, and the model of a fallback chain),
-    for the trace."""
+    for the trace. ``fallback_from``: each model of a fallback chain that failed (model,
+    provider, error), when every one did."""
 
     def __init__(
         self,
@@ -143,8 +144,10 @@ class ModelError(RunError):
         usage: Any = None,
         cost_usd: float = 0.0,
         retries: list[dict[str, Any]] | None = None,
+        fallback_from: list[dict[str, Any]] | None = None,
     ):
         super().__init__("model_error", message)
         self.usage = usage
         self.cost_usd = cost_usd
         self.retries = list(retries or ())
+        self.fallback_from = list(fallback_from or ())

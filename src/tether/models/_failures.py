@@ -101,6 +101,60 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+# The rate-limit headers a 429 may carry instead of a ``retry-after``: Anthropic's
+# ``anthropic-ratelimit-<limit>-remaining`` / ``-reset`` (an RFC 3339 time) and OpenAI's
+# ``x-ratelimit-remaining-<limit>`` / ``x-ratelimit-reset-<limit>`` (a duration, ``6m0s``).
+_LIMIT_HEADER = re.compile(
+    r"(?:anthropic-ratelimit-(?P<a>[a-z-]+)-(?P<af>remaining|reset)|x-ratelimit-(?P<of>remaining|reset)-(?P<o>[a-z-]+))"
+)
+_DURATION = re.compile(r"(?:([0-9.]+)h)?(?:([0-9.]+)m(?!s))?(?:([0-9.]+)s)?(?:([0-9.]+)ms)?")
+
+
+def rate_reset(headers: Mapping[str, str]) -> float | None:
+    """A 429's wait from its rate-limit headers when it sends no ``retry-after``: until the
+    latest reset of the limits it says are spent (``remaining`` 0), else the soonest reset of
+    those it says nothing of; None when they tell none. Before, such a 429 was asked again after
+    a backoff of milliseconds, each retry spent against a limit that had said when it resets."""
+    limits: dict[str, dict[str, str]] = {}
+    for name, value in headers.items():
+        if m := _LIMIT_HEADER.fullmatch(name.lower()):
+            limit = m["a"] or m["o"]
+            limits.setdefault(limit, {})[m["af"] or m["of"]] = str(value).strip()
+    spent: list[float] = []
+    untold: list[float] = []
+    for said in limits.values():
+        wait = _reset_in(said.get("reset", ""))
+        if wait is None:
+            continue
+        if said.get("remaining") in ("0", "0.0"):
+            spent.append(wait)
+        elif "remaining" not in said:
+            untold.append(wait)
+    return max(spent) if spent else min(untold) if untold else None
+
+
+def _reset_in(value: str) -> float | None:
+    """Seconds until a rate limit's reset: an RFC 3339 time (0 once passed) or a duration
+    (``1s``, ``6m0s``, ``20ms``); None when it is neither."""
+    from datetime import UTC, datetime
+
+    if not value:
+        return None
+    if (m := _DURATION.fullmatch(value)) and any(m.groups()):
+        try:
+            h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
+        except ValueError:
+            return None
+        return h * 3600 + mi * 60 + s + ms / 1000
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
 def _joined(value: str, scale: float) -> float:
     """A ``retry-after`` that is no single number: the longest of the numbers a header sent
     more than once holds, else (``retry-after`` only) the time until its HTTP date; -1 when it
@@ -234,7 +288,8 @@ class Failures:
                 return ModelError(
                     f"{self.label}: {detail} (a quota or billing limit, not a rate: not retried)"
                 )
-            return Retryable("rate_limited", detail, retry_after(headers))
+            wait = retry_after(headers)
+            return Retryable("rate_limited", detail, rate_reset(headers) if wait is None else wait)
         if status >= 500 or status in AGAIN_STATUSES:
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
             return Retryable(kind_name, detail, retry_after(headers))

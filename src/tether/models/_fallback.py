@@ -75,11 +75,14 @@ class FallbackModel:
                 if isinstance(err.usage, Usage):
                     spent, cost = spent + err.usage, cost + err.cost_usd
                 if self.active + 1 >= len(self.models):
-                    tried = "; ".join(f"{f['model']}: {f['error']}" for f in failed)
                     usage = spent if spent.total_tokens else None
                     taken = [{**r, "model": f["model"]} for f in failed for r in f.get("retries", ())]
                     raise ModelError(
-                        f"every model failed: {tried}", usage=usage, cost_usd=cost, retries=taken
+                        f"every model failed: {_tried(failed)}",
+                        usage=usage,
+                        cost_usd=cost,
+                        retries=taken,
+                        fallback_from=[{k: v for k, v in f.items() if k != "retries"} for f in failed],
                     ) from None
                 self.active += 1
                 # The k-th switch is always from the k-th model (``active`` only moves forward):
@@ -113,3 +116,14 @@ def _named(model: Model) -> dict[str, Any]:
     if isinstance(provider, str):
         named["provider"] = provider
     return named
+
+
+def _tried(failed: list[dict[str, Any]]) -> str:
+    """What each model of a chain met, each named once, after its provider (the same name on
+    two providers is told apart): ``openai-chat model m-1: HTTP 503 …`` (before: ``m-1: m-1:
+    HTTP 503 …``, which provider unsaid)."""
+    said = []
+    for f in failed:
+        error = f["error"] if f["error"].startswith(f"{f['model']}: ") else f"{f['model']}: {f['error']}"
+        said.append(f"{f['provider']} model {error}" if "provider" in f else error)
+    return "; ".join(said)

@@ -300,7 +300,9 @@ class AgentLoop:
         """What the failed attempts of a model call were billed (``ModelError.usage``), counted
         against the run's budgets all the same; the counts and the retries taken, for the
         ``model_error`` event."""
-        taken = {"retries": err.retries} if err.retries else {}  # the waits before it gave up
+        taken: dict[str, Any] = {"retries": err.retries} if err.retries else {}  # its waits
+        if err.fallback_from:  # a chain whose every model failed: which, and what each met
+            taken["fallback_from"] = err.fallback_from
         if not isinstance(err.usage, Usage):
             return taken
         s = self.state

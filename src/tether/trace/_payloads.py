@@ -97,7 +97,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "completion_tokens": int,
         "cost_usd": Number,
         "retries": list[dict[str, Any]],  # the retries taken before it: kind, attempt, delay_s (model)
-        "fallback_from": list[dict[str, Any]],  # a chain's models that failed before a cut call
+        "fallback_from": list[dict[str, Any]],  # a chain's models that failed (before a cut call, or all)
     },
     EventKind.TOOL_PROPOSED: {"call_id": Required[str], "tool": Required[str], "arguments": str},
     EventKind.POLICY_ALLOWED: {"call_id": Required[str], "tool": Required[str], "rule": Required[str]},
