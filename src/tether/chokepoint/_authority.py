@@ -527,11 +527,9 @@ class HostCore:
         )
 
     def _buckets(self, spec: ToolSpec, source: str) -> list[TokenBucket]:
-        """The rate limits a call of ``spec`` takes: the tool's and its source's both (a tool with a
-        bucket of its own is still one of the source's calls: a server's limit is not escaped by
-        calling a tool with a wider one). A tool's bucket is found under any name ``deny`` and
-        ``roles`` know it by (``rule_names``: ``refund`` for ``erp__refund``), in any spelling
-        (``folded``), so a limit a deployer wrote under the source's own name holds."""
+        """The rate limits a call of ``spec`` takes: the tool's and its source's both (a server's
+        limit is not escaped by a tool with a wider one), found under any name ``deny`` and ``roles``
+        know it by (``rule_names``: ``refund`` for ``erp__refund``) in any spelling (``folded``)."""
         if not self.rate_limits:  # none set (the common case): no name folded on each call
             return []
         limits = {folded(k): b for k, b in self.rate_limits.items()}

@@ -249,14 +249,8 @@ class ProvenanceRules:
                         )
                         break
         if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
-            sent = sent_before(call.state, call.call_id, self._rules_of, rules.no_flow, call.tools)
-            for problem in confidential_flow(
-                index, call.arguments, properties, rules.no_flow, each=False, sent=sent
-            ):
-                out.worse("approve", problem)  # a secret split between two arguments
-        if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
-            for problem in self._carried_flow(index, call, rules):
-                out.worse("approve", problem)  # a secret the run wrote into the record it sends
+            for problem in self._whole_call_flow(index, call, rules, properties):
+                out.worse("approve", problem)
         if effectful and not judged and (chosen := index.wrote_others_choice()) is not None:
             out.worse("approve", {"problem": "acts_on_others_choice", "written": chosen[:200]})
         if effectful and not rules.requested_by and not judged:
@@ -273,6 +267,16 @@ class ProvenanceRules:
         )
 
     # -- one element of one argument --------------------------------------------------------
+
+    def _whole_call_flow(
+        self, index: ProvenanceIndex, call: ProposedCall, rules: ToolRules, properties: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """``confidential_flow`` across the whole call, once no one argument held a secret: a
+        secret split between two arguments (with what the run sent before), else one the run
+        wrote into the record the call shares or sends (``_carried_flow``)."""
+        sent = sent_before(call.state, call.call_id, self._rules_of, rules.no_flow, call.tools)
+        split = confidential_flow(index, call.arguments, properties, rules.no_flow, each=False, sent=sent)
+        return split or self._carried_flow(index, call, rules)
 
     def _carried_flow(
         self, index: ProvenanceIndex, call: ProposedCall, rules: ToolRules
