@@ -16,7 +16,11 @@ Found:
 * a stdio answer written inside terminal colour codes (a logger colouring what it writes to
   stdout: ``ESC[32m{...}ESC[0m``) was refused with no id read (the colour's ``[`` taken for a
   bracket), and its call waited out its whole timeout. JSON holds no raw ``ESC``: a line holding
-  escape sequences is now read without them.
+  escape sequences is now read without them;
+* a command written with the home folder as a shell reads it (``python ~/srv/server.py``, as
+  people write paths in Claude Desktop configs) was launched with ``~`` literal: a folder of that
+  name beside the config, so the server failed to start. A part that is ``~`` or starts with
+  ``~/`` is now the home folder (a ``~`` elsewhere is left as written).
 """
 
 from __future__ import annotations
@@ -152,3 +156,22 @@ async def test_binary_garbage_on_stderr_is_logged_escaped_and_bounded(tmp_path: 
     data = log.read_bytes()
     assert 0 < len(data) <= MAX_LOG_BYTES + 65536
     assert not {b for b in data if b < 32 and b not in (9, 10)}
+
+
+async def test_a_command_under_the_home_folder_written_with_a_tilde_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python ~/srv/wild28_server.py`` (as people write paths in Claude Desktop configs) runs
+    the server in the home folder, as a shell would read it (before: ``~`` was a folder of that
+    name beside the config, and the server failed to start); a ``~`` inside a part is left as
+    written."""
+    home = tmp_path / "home"
+    (home / "srv").mkdir(parents=True)
+    (home / "srv" / "wild28_server.py").write_bytes((HERE / "wild28_server.py").read_bytes())
+    monkeypatch.setenv("HOME", str(home))
+    entry = {**_entry(), "command": f"{sys.executable} ~/srv/wild28_server.py a~b"}
+    (tmp_path / "run").mkdir()
+    run = await _run(tmp_path / "run", entry, ["a"])
+    assert _value(run.seen("x__lookup")[0], "a")
+    (launched,) = [s["command"] for s in run.summary()["servers"] if s["server"] == "x"]
+    assert launched.endswith(f"{home}/srv/wild28_server.py 'a~b'")
