@@ -207,9 +207,16 @@ class ServerConfig(_Strict):
         return self
 
     def argv(self) -> list[str]:
-        """The exact command launched: ``{python}`` stands for this interpreter."""
+        """The exact command launched: ``{python}`` stands for this interpreter, and a part that
+        starts with ``~`` alone or ``~/`` for the home folder, as a shell reads it (a server
+        configured as ``~/bin/srv`` or ``python ~/srv.py`` was looked for in a folder named ``~``:
+        not found, or started only to fail)."""
         assert self.command is not None
-        return [sys.executable if part == "{python}" else part for part in self.command]
+        return [sys.executable if part == "{python}" else _home(part) for part in self.command]
+
+
+def _home(part: str) -> str:
+    return os.path.expanduser(part) if part == "~" or part.startswith("~/") else part
 
 
 class HostSection(_Strict):

@@ -5,7 +5,8 @@ Newline-delimited JSON-RPC as the SDK's own, except: a flood of notifications is
 non-JSON-RPC, and a line of more objects and arrays than the SDK is given, ``_bulk``), a message
 may be framed loosely (``_framing``: a byte order mark, pretty-printed over lines, two on one
 line, no newline after it), a line may hold a JSON-RPC batch (each of its messages read), an id
-written as a float of a whole number (``3.0``) is that number, an error naming no request
+written as a float of a whole number (``3.0``) is that number, terminal escape sequences (a
+logger's colours) are no part of a line (``_plain``), an error naming no request
 (``"id": null``) answers the one request awaiting an answer (``_Waiting``), the server's exit
 ends the connection, and shutdown closes stdin, then terminates and kills the process group.
 """
@@ -46,6 +47,8 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # a string, or a bracket ou
 _VALUE = re.compile(rb"\s*:\s*" + _ID + rb"\s*[,}]")
 _KEY = re.compile(rb"\s*:")
 _LAST_ID = re.compile(rb'"id"\s*:\s*' + _ID + rb"\s*}\s*$")
+# A terminal escape sequence: CSI (colours, ``ESC [ 32 m``), OSC (a title, a link) or another.
+_ESCAPE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[ -/]*[0-~])")
 
 
 async def spawn(
@@ -171,6 +174,7 @@ def _messages(line: bytes) -> list[Any]:
     """What one line holds: a message, or each message of a JSON-RPC batch (an array, which
     2025-03-26 servers may send), each parsed (and refused) on its own. A line of more objects
     and arrays than the SDK is given (``_bulk``) fails each request it answers, unparsed."""
+    line = _plain(line)
     if (over := counted(line)) is not None:
         return _bulky(*over)
     if not line.startswith(b"["):
@@ -186,6 +190,14 @@ def _messages(line: bytes) -> list[Any]:
     ):
         return [_parse(line)]  # one failure for the line, never one per element (a million of them)
     return [_parse(json.dumps(each).encode("utf-8")) for each in batch]
+
+
+def _plain(line: bytes) -> bytes:
+    """``line`` without terminal escape sequences: a server whose logger colours what it writes
+    to stdout (``ESC[32m{...}ESC[0m``) had its answer refused with no id read (the ``[`` of the
+    colour taken for a bracket), and the call waited out its timeout. JSON holds no raw ``ESC``
+    (not even in a string), so only a line that is not JSON as written is changed."""
+    return _ESCAPE.sub(b"", line) if b"\x1b" in line else line
 
 
 def _bulky(why: str, value: Any) -> list[Any]:
