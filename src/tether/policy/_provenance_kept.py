@@ -17,12 +17,14 @@ __all__ = ["as_grouped", "kept_numbers", "keypad"]
 # Digit groups parted by marks that are no letter (``000:123:456:789``, ``000 = 123 = 456``), or
 # by the long-vowel mark a Japanese number is printed with (``03ー1234ー5678``); not run on from
 # a word, nor a time of day (blanked first: ``10:30-12:45``). Each run is matched once, whole,
-# and what stands beside it read after (``_apart``): no match starts inside another.
-_GROUPED = re.compile(r"\+?\d++(?:[^\S\n]*+(?:[^\w\s]|_|\u30fc|\uff70)++[^\S\n]*+\d++)*+")
+# and what stands beside it read after (``_apart``): no match starts inside another. No possessive
+# quantifier (``*+``): CPython before 3.11.4 matches some wrongly, and nothing follows the
+# repeats here to make them backtrack.
+_GROUPED = re.compile(r"\+?\d+(?:[^\S\n]*(?:[^\w\s]|_|\u30fc|\uff70)+[^\S\n]*\d+)*")
 _TIME = re.compile(r"(?<![\d:])\d{1,2}:\d\d(?::\d\d)?(?![\d:])")
 # A number some of whose groups are written in capitals, as a phone's keypad spells them
 # (``1-800-FLOWERS``, ``+44 800 BIG BANK``): digits first, a group of three capitals or more.
-_VANITY = re.compile(r"\+?\d[\d().\- ]*+(?:[A-Z]{2,}+[\d().\- ]*+)*+")
+_VANITY = re.compile(r"\+?\d[\d().\- ]*(?:[A-Z]{2,}[\d().\- ]*)*")
 _KEYPAD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "22233344455566677778889999")
 _OPENING_DIGITS = 3  # the digits a vanity number opens with, at least (``1-800``, ``0800``)
 

@@ -470,8 +470,9 @@ def _trimmed(rest: str) -> str:
 # mailbox at a webmail. Not ``=`` (``email=bob@x`` is a key and its value) nor ``%`` or ``?``.
 LOCAL_MARKS = "!#$&'*^`{|}~"
 _EMAIL = re.compile(
-    # (Begun only where a local part begins, so a long run of letters and marks is read once.)
-    r"(?<![\w.+-])(?<![\w.+-][!#$&'*^`{|}~])(?:[\w.+-]+[!#$&'*^`{|}~]+)*+[\w.+-]+"
+    # (Begun only where a local part begins, so a long run of letters and marks is read once; its
+    # runs of letters and of marks alternate, one way only, so no quantifier needs to be possessive.)
+    r"(?<![\w.+-])(?<![\w.+-][!#$&'*^`{|}~])(?:[\w.+-]+[!#$&'*^`{|}~]+)*[\w.+-]+"
     r"@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+"
 )
 # Account numbers of the IBAN shape, found even when glued to other characters.
@@ -481,7 +482,7 @@ _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
 _WHITE = r"[ \t\r\n]"  # what ``normalise`` reads as one space, in runs
 _DASHES = "\u2010-\u2015\u2212"  # hyphens, figure, en and em dashes, the minus sign
 _PRINTED_GAP = (
-    rf"(?:{_WHITE}*+[-{_DASHES}]{_WHITE}*+|{_WHITE}++|{_WHITE}*+(?:[^\w\s@]|_){_WHITE}*+(?=[a-z]{{0,3}}\d))"
+    rf"(?:{_WHITE}*[-{_DASHES}]{_WHITE}*|{_WHITE}+|{_WHITE}*(?:[^\w\s@]|_){_WHITE}*(?=[a-z]{{0,3}}\d))"
 )
 _IBAN_PRINTED = re.compile(
     rf"(?<![a-z0-9])[a-z]{{2}}\d{{2}}(?:{_PRINTED_GAP}[a-z0-9]{{4}}){{2,7}}"
@@ -523,7 +524,10 @@ def _handles(text: str) -> tuple[str, ...]:
 # as ``normalise`` reads them), a dot, any dash, slash, underscore or middle dot (spaced or not), a
 # bracket, a comma or apostrophe grouping thousands; not run on from a token nor into one.
 _MARK = rf"[./_\-{_DASHES}\u00b7]"
-_NUMBER_GAP = rf"(?:[,'\u2019](?=\d{{3}}(?!\d))|{_WHITE}*+(?:{_MARK}{_WHITE}*+)?[()]?{_WHITE}*+)"
+# Written so that a gap matches its spaces one way only (each run of spaces ends at a mark, a
+# bracket or a digit), with no possessive quantifier (``*+``), which CPython before 3.11.4 matches
+# wrongly in some patterns: a number run into a word backtracks through its groups in linear time.
+_NUMBER_GAP = rf"(?:[,'\u2019](?=\d{{3}}(?!\d))|{_WHITE}*(?:{_MARK}{_WHITE}*)?(?:[()]{_WHITE}*)?)"
 _NUMBER = re.compile(rf"(?<![\w@.+/:-])\+?\(?\d(?:{_NUMBER_GAP}\d)*(?![\w@+/-])")
 # A day written in figures, no more groups on either side (``01.23.45.67.89`` is a phone).
 _DATE = r"(?<![\d./-])(?:\d{4}([-./])\d{1,2}\1\d{1,2}|\d{1,2}([-./])\d{1,2}\2\d{2,4})(?![./-]?\d)"
