@@ -26,16 +26,13 @@ runs unreviewed.
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
-from typing import Any
-
 import pytest
+from provenance_rounds import LabelledRun
 
-from tether.core.types import CallRecord, Effect, Observation, ProposedCall, ToolSpec
+from tether.core.types import Effect, ProposedCall, ToolSpec
 from tether.policy._provenance_dates import priced
 from tether.policy._provenance_labels import SourceTrust, TrustConfig
-from tether.policy._provenance_rules import ProvenanceRules, make_labeler, rules_from_dict
+from tether.policy._provenance_rules import ProvenanceRules, rules_from_dict
 from tether.policy._trusted import TrustedContext
 
 pytestmark = pytest.mark.spec("P1", "P2")
@@ -71,25 +68,9 @@ PAY = ToolSpec(
 )
 
 
-class Run:
-    """A run state as the rules read it: the request and the labelled observations so far."""
-
-    def __init__(self, objective: str) -> None:
-        self.objective = objective
-        self.observations: list[Observation] = []
-        self.calls: list[CallRecord] = []
-        self._label = make_labeler(TRUST)
-
-    def observe(self, tool: str, data: Any) -> Run:
-        call_id = f"c{len(self.observations)}"
-        obs = Observation(call_id, tool, "test", datetime.now(UTC), json.dumps(data), data)
-        self.observations.append(self._label(obs))
-        return self
-
-
 def pay(request: str, amount: float, invoice: str, **more: str) -> str:
     """The verdict on paying ``amount`` to the user's account after reading ``invoice``."""
-    run = Run(f"{request}. The account is {IBAN}.").observe("read_invoice", {"text": invoice})
+    run = LabelledRun(TRUST, f"{request}. The account is {IBAN}.").observe("read_invoice", {"text": invoice})
     call = ProposedCall("p", PAY, {"recipient": IBAN, "amount": amount, **more}, run)
     decision = ProvenanceRules(RULES, TRUST).check(call, TrustedContext(tenant="t"))
     return "allow" if decision is None else decision.verdict
