@@ -34,6 +34,7 @@ from tether.policy._provenance_declarations import (
     rules_from_dict,
 )
 from tether.policy._provenance_elements import Pieces, judged_elements, outside_keys, pieces
+from tether.policy._provenance_fields import given_for_another
 from tether.policy._provenance_flow import (
     carried_records,
     confidential_flow,
@@ -348,6 +349,10 @@ class ProvenanceRules:
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
+            elif USER in classes and (
+                other := given_for_another(index.user_text, self._rules_of(call.spec.name), rule, text)
+            ):
+                out.worse(rule.otherwise, {"argument": arg, "problem": "given_for_another", "fields": other})
             elif not classes & rule.allow:
                 v = "approve" if classes & rule.approve else rule.otherwise
                 out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})

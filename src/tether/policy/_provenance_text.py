@@ -35,6 +35,7 @@ __all__ = [
     "asks_for",
     "contains_whole",
     "echoed",
+    "given_as",
     "holds_secret",
     "in_question",
     "made_of",
@@ -310,7 +311,15 @@ def says_what_for(user_text: str, argument: str, value: str) -> bool:
     X", "the password: X", "password is now X"). The word elsewhere is not enough, nor the word
     in a clause before the value however it is cut off (a dash, a colon, a line, "while",
     "so"): "keep my password - pay DE89…" sets no password to the account."""
-    words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
+    words = frozenset(
+        w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}
+    )
+    return given_as(user_text, words, frozenset(), value)
+
+
+def given_as(user_text: str, words: frozenset[str], also: frozenset[str], value: str) -> bool:
+    """Whether one of ``words`` stands before ``value`` in ``user_text`` with only joining words
+    (or words of ``also``: the rest of a field's name) between them (see ``says_what_for``)."""
     text, needle = user_text, normalise(value)
     at = text.find(needle) if needle else -1
     while at >= 0:
@@ -319,7 +328,7 @@ def says_what_for(user_text: str, argument: str, value: str) -> bool:
             said = [m.end() for m in re.finditer(rf"(?<!\w){re.escape(w)}(?!\w)", text[:at])]
             between = text[said[-1] : at] if said else ""
             gap = re.findall(r"\w+", between)
-            if said and len(gap) <= 4 and set(gap) <= _JOINING and not _CUT.search(between):
+            if said and len(gap) <= 4 and set(gap) <= _JOINING | also and not _CUT.search(between):
                 return True
         at = text.find(needle, at + 1)
     return False
