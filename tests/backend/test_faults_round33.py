@@ -16,17 +16,21 @@ Faults (a typed stop, a non-zero exit, the streamed call never run):
   a stream whose ``message_start`` comes again after the call (a message begun again: its
   blocks are the new message's, none): unusable, retried, ``model_error``;
 - a Responses ``response.output_text.done`` whose text is not its deltas': unreadable, retried;
+- a completed Responses answer whose ``function_call`` item is ``incomplete``: final, the call
+  named as not run;
 - keep-alives (SSE comments, Anthropic ``ping``, Responses ``in_progress``) past the call's
   timeout: the timeout bounds the whole call, retried, ``model_error``.
 
 Quirks (accepted with the answer, the call run): a chat stream's usage chunk after ``[DONE]``
-(not read: the usage is estimated); ``tool_calls[].index`` counted from 1; a whole JSON answer to
+(not read: the usage is estimated); ``tool_calls[].index`` counted from 1; a chat call's name
+streamed in pieces; an Anthropic stream without ``content_block_stop``; a whole JSON answer to
 a stream request labelled ``application/json`` or ``text/event-stream``; a whole answer to a
 whole request labelled ``text/event-stream``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -165,6 +169,48 @@ def second_message_start(p: str, s: bool, items: list[Any]) -> list[Any]:
 SSE_LABEL = {"content-type": "text/event-stream"}
 
 
+def name_in_pieces(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Chat: the call's name streamed in two pieces (``read_``, then ``order``), as its arguments are."""
+    out: list[Any] = []
+    for i in items:
+        delta = (i.get("choices") or [{}])[0].get("delta") or {} if isinstance(i, dict) else {}
+        head = (delta.get("tool_calls") or [{}])[0]
+        if (head.get("function") or {}).get("name"):
+            rest = copy.deepcopy(i)
+            head["function"]["name"] = "read_"
+            rest["choices"][0]["delta"]["tool_calls"][0] = {
+                "index": 0,
+                "function": {"name": "order", "arguments": ""},
+            }
+            out += [i, rest]
+        else:
+            out.append(i)
+    return out
+
+
+def call_item_incomplete(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Responses: each ``function_call`` item ``incomplete`` (its arguments cut), in a completed response."""
+    items = copy.deepcopy(items)
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            if v.get("type") == "function_call":
+                v["status"] = "incomplete"
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(items)
+    return items
+
+
+def no_block_stop(p: str, s: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: no ``content_block_stop`` (the message's stop ends its blocks)."""
+    return [i for i in items if _kind(i) != "content_block_stop"]
+
+
 def whole_twice(edit: Callable[[list[Any]], list[Any]]) -> Callable[[str, bool], list[Reply]]:
     """The answer's text, changed by ``edit``, twice (retried), then the answer."""
     return lambda p, s: [Reply.text(ANSWER, edit=edit)] * 2 + [Reply.text(ANSWER)]
@@ -191,6 +237,8 @@ CASES = [
          ("max_tokens", "1 tool call(s) were not run"), stop="truncated"),
     Case("refusal_after_the_call", only(A, calls_then(anthropic_stop_after_call("refusal"))), False,
          ("refusal", "1 tool call(s) were not run"), stop="model_refused"),
+    Case("call_item_incomplete", only(R, calls_then(call_item_incomplete)), False,
+         ("'incomplete'", "1 tool call(s) were not run")),
     # -- said otherwise: unusable, retried, model_error -------------------------------------------
     Case("tool_use_stop_without_a_block", only(A, whole_twice(stop_tool_use_without_block)), False,
          ("'tool_use'", "gave up")),
@@ -198,6 +246,8 @@ CASES = [
          ("is done as 'Order 742 is CLOSED'", "gave up"), modes=STREAM),
     # -- quirks: accepted --------------------------------------------------------------------------
     Case("usage_after_done", only(C, good(edit=usage_after_done)), True, modes=STREAM),
+    Case("tool_call_name_in_pieces", only(C, good(edit=name_in_pieces)), True, modes=STREAM),
+    Case("no_content_block_stop", only(A, good(edit=no_block_stop)), True, modes=STREAM),
     Case("tool_call_index_from_one", only(C, good(edit=index_from_one)), True, modes=STREAM),
     Case("whole_json_to_a_stream_request", good(), True, modes=STREAM, ignore_stream=True),
     Case("whole_json_labelled_sse_to_a_stream_request", good(headers=SSE_LABEL), True, modes=STREAM,
