@@ -9,6 +9,8 @@ Faults (a typed stop, a non-zero exit, the streamed call never run):
   ``error``, Responses ``error``, a chat chunk with ``error``), before its end or in place of
   it, or a chat finish chunk that carries an ``error`` beside it; a Responses stream that ends
   ``response.failed`` after the call: retried once, then ``model_error`` quoting the server;
+- a Responses stream whose terminal ``response.completed`` says ``status`` ``failed`` (retried,
+  ``model_error``) or ``incomplete`` (``truncated``), after a complete call;
 - a Responses stream ending ``response.incomplete`` (``max_output_tokens``), an Anthropic one
   ending ``max_tokens`` or ``refusal``, after a complete call: ``truncated`` / ``model_refused``,
   final, the call named as not run;
@@ -211,6 +213,19 @@ def no_block_stop(p: str, s: bool, items: list[Any]) -> list[Any]:
     return [i for i in items if _kind(i) != "content_block_stop"]
 
 
+def completed_status(value: str) -> Edit:
+    """Responses: the terminal ``response.completed`` event's response ``status`` is ``value``."""
+
+    def edit(p: str, s: bool, items: list[Any]) -> list[Any]:
+        items = copy.deepcopy(items)
+        items[-1]["response"]["status"] = value
+        if value == "incomplete":
+            items[-1]["response"]["incomplete_details"] = {"reason": "max_output_tokens"}
+        return items
+
+    return edit
+
+
 def whole_twice(edit: Callable[[list[Any]], list[Any]]) -> Callable[[str, bool], list[Reply]]:
     """The answer's text, changed by ``edit``, twice (retried), then the answer."""
     return lambda p, s: [Reply.text(ANSWER, edit=edit)] * 2 + [Reply.text(ANSWER)]
@@ -228,10 +243,14 @@ CASES = [
          ("boom late", "gave up"), modes=STREAM),
     Case("message_start_again_after_the_call", only(A, calls_then(second_message_start)), False,
          ("gave up",), modes=STREAM),
+    Case("completed_event_status_failed", only(R, calls_then(completed_status("failed"))), False,
+         ("failed response", "gave up"), modes=STREAM),
     Case("keep_alives_past_the_timeout", calls_then(pings_forever), False,
          ("did not complete within 1", "gave up"), modes=STREAM, timeout_s=1.0),
     # -- cut or refused after a complete call: final, the call named as not run -------------------
     Case("response_incomplete_after_the_call", only(R, calls_then(incomplete_after_call)), False,
+         ("max_output_tokens", "1 tool call(s) were not run"), modes=STREAM, stop="truncated"),
+    Case("completed_event_status_incomplete", only(R, calls_then(completed_status("incomplete"))), False,
          ("max_output_tokens", "1 tool call(s) were not run"), modes=STREAM, stop="truncated"),
     Case("max_tokens_after_the_call", only(A, calls_then(anthropic_stop_after_call("max_tokens"))), False,
          ("max_tokens", "1 tool call(s) were not run"), stop="truncated"),
