@@ -108,11 +108,6 @@ def _refs(target: str, *names: str) -> list[Column[str]]:
     return [Column(name, Text, ForeignKey(target), nullable=False) for name in names]
 
 
-def _flag(name: str) -> Column[int]:
-    """A yes/no column, ``0`` (no) unless written: an account's ``disabled``, a token's ``revoked``."""
-    return Column(name, Integer, nullable=False, server_default="0")
-
-
 def _written_at(name: str) -> Column[datetime]:
     """When the row was written, on the database's clock (the workers' PostgreSQL tables)."""
     return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
@@ -373,7 +368,7 @@ users = _table(
     "users",
     _key("name"),
     *_texts("password_hash", "created_at"),
-    _flag("disabled"),
+    Column("disabled", Integer, nullable=False, server_default="0"),
 )
 
 grants = _table(
@@ -390,7 +385,7 @@ tokens = _table(
     *_refs("users.name", "user"),
     *_texts("secret_hash", "label", "created_at"),
     Column("expires_at", Text),
-    _flag("revoked"),
+    Column("revoked", Integer, nullable=False, server_default="0"),
 )
 
 sessions = _table(
