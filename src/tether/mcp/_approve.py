@@ -4,11 +4,13 @@ tool, or one whose name cannot be namespaced safely, is left unpinned unless acc
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import getpass
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +126,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
     file). Raises ``ConfigError``, ``DependencyUnavailable`` (a failed start says the server's last
     stderr lines, its credentials in them hidden: ``_secrets_hidden``)."""
     server = config.server(name)
-    own = pins is None
-    if pins is None:
-        pins = PinStore(config.path(config.host.pins))
-    try:
+    with _pins_for(config, pins) as pins:
         source, secrets = build_source(server, config, pins=pins)
         try:
             await source.start()
@@ -167,9 +166,16 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             protocol=source.protocol_version,
             invalid=dict(source.listing.invalid),
         )
-    finally:
-        if own:
-            pins.close()
+
+
+@contextlib.contextmanager
+def _pins_for(config: McpConfig, pins: Any) -> Iterator[Any]:
+    """``pins``, or else the config's pin file, opened for the block and closed after it."""
+    if pins is not None:
+        yield pins
+        return
+    with contextlib.closing(PinStore(config.path(config.host.pins))) as own:
+        yield own
 
 
 def _secrets_hidden(err: TetherError, secrets: set[str]) -> TetherError:
@@ -227,13 +233,7 @@ async def approve_server(
             skipped[tool] = "flagged (" + ", ".join(kinds) + "): accept it by name to pin it"
         elif tr.check.status != "pinned":
             to_pin.append(tr.check)
-    own = pins is None
-    if pins is None:
-        pins = PinStore(config.path(config.host.pins))
-    try:
+    with _pins_for(config, pins) as pins:
         source, _ = build_source(config.server(name), config, pins=None)
         pinned: list[str] = await pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
-    finally:
-        if own:
-            pins.close()
     return review, pinned, skipped

@@ -107,16 +107,14 @@ def _cut_event(raw: bytes) -> bytes:
         raw = _whole_event(raw)
     if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
-    lines = _LINE.split(raw)
     data = _data(raw)
-    other = [line for line in lines if line and not line.startswith(b"data:")]
     if (over := counted(data)) is not None:
         if (error := refusal(over[1], over[0])) is None:
             return b": " + over[0].encode("utf-8") + b"\n\n"  # no data: the SDK passes nothing on
-        return b"\n".join([*other, b"data: " + json.dumps(error).encode("utf-8")]) + b"\n\n"
+        return _with_data(raw, json.dumps(error).encode("utf-8"))
     if b'"tools"' not in data or (cut := cut_deep_tools(data)) is None:
         return raw
-    return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
+    return _with_data(raw, cut)
 
 
 def _whole_event(raw: bytes) -> bytes:
@@ -127,8 +125,7 @@ def _whole_event(raw: bytes) -> bytes:
         return raw
     if (mended := whole_id(message)) is message:
         return raw
-    other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
-    return b"\n".join([*other, b"data: " + json.dumps(mended).encode("utf-8")]) + b"\n\n"
+    return _with_data(raw, json.dumps(mended).encode("utf-8"))
 
 
 def foreign_answer(raw: bytes, asked: Any) -> bytes:
@@ -149,9 +146,8 @@ def foreign_answer(raw: bytes, asked: Any) -> bytes:
     ident = message.get("id")
     if (ident is None and "error" in message) or _key(ident) == _key(asked):
         return raw
-    other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
     error = {"jsonrpc": "2.0", "id": asked, "error": {"code": -32603, "message": FOREIGN}}
-    return b"\n".join([*other, b"data: " + json.dumps(error).encode("utf-8")]) + b"\n\n"
+    return _with_data(raw, json.dumps(error).encode("utf-8"))
 
 
 def _key(ident: Any) -> str:
@@ -165,6 +161,12 @@ def _data(raw: bytes) -> bytes:
     """An event's data (its ``data`` lines joined), as the SDK reads it."""
     lines = _LINE.split(raw)
     return b"\n".join(line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:"))
+
+
+def _with_data(raw: bytes, data: bytes) -> bytes:
+    """The event ``raw`` with ``data`` as its data, its other fields (``id``, ``event``) kept."""
+    other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
+    return b"\n".join([*other, b"data: " + data]) + b"\n\n"
 
 
 def _retry(raw: bytes) -> bytes:
