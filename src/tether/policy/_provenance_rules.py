@@ -351,7 +351,9 @@ class ProvenanceRules:
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
             elif USER in classes and (
-                other := given_for_another(index.user_text, self._rules_of(call.spec.name), rule, text)
+                other := given_for_another(
+                    index.user_text, self._rules_of(call.spec.name), rule, text, self.tools
+                )
             ):
                 out.worse(rule.otherwise, {"argument": arg, "problem": "given_for_another", "fields": other})
             elif not classes & rule.allow:
