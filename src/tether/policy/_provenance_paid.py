@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, is_currency, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules, key_name
+from tether.policy._provenance_labels import Segment, normalise, split_values
 from tether.policy._provenance_run import SENT, calls_before
 from tether.policy._provenance_schema import branch_of, inline_refs
+from tether.policy._provenance_text import party_key
 
 if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
@@ -29,9 +31,11 @@ __all__ = [
     "home_currency",
     "named_bounds",
     "named_inside",
+    "of_parties",
     "paid_before",
     "paid_beside",
     "paid_in",
+    "parties_of",
     "with_defaults",
 ]
 
@@ -258,7 +262,11 @@ _UNKNOWN = "?"  # a currency the run itself wrote into the record: no one's stat
 
 
 def named_bounds(
-    index: ProvenanceIndex, fields: Iterable[str], currency: str | None, home: str | None = None
+    index: ProvenanceIndex,
+    fields: Iterable[str],
+    currency: str | None,
+    home: str | None = None,
+    parties: Iterable[str] = (),
 ) -> list[tuple[float, str]]:
     """The amounts that records the user named state in ``fields`` (never one the run wrote, nor
     one of a record it acted on before it read it: ``Steering.changed``), each with its record,
@@ -266,10 +274,13 @@ def named_bounds(
     (``_PLAIN``), and only from a record that states that currency or none (in a field whose
     name holds "currency", as ``currency_code`` reads it) — a record that states none only a
     payment in the tool's ``home`` currency, where it has one; where the payment's currency is
-    unknown (None), whatever currency the record states."""
+    unknown (None), whatever currency the record states. Where some named record holds one of
+    the call's ``parties`` (whom it pays, the record it changes: ``of_parties``), only those
+    records bound it: a sum stated for another party is not this one's ("refund Bob what he
+    sent, and check my rent" allows Bob what Bob sent, not the rent)."""
     names = set(fields)
     out: list[tuple[float, str]] = []
-    for segs in index.named_records():
+    for segs in of_parties(index.named_records(), parties, names):
         if index.changed(segs):
             continue  # the run acted on it before reading it: its sums may be what it made them
         stated = {
@@ -287,3 +298,34 @@ def named_bounds(
             if _PLAIN.fullmatch(seg.raw.strip()) and math.isfinite(value := abs(float(seg.raw))):
                 out.append((value, seg.label.describe()))
     return out
+
+
+def of_parties(
+    records: list[list[Segment]], parties: Iterable[str], amounts: Iterable[str] = ()
+) -> list[list[Segment]]:
+    """The ``records`` (each a list of its segments) that hold one of ``parties`` whole in a
+    field other than ``amounts`` (as written, normalised, or by the letters and digits of an
+    account: ``party_key``); all of them where none does. A call's amount bounded by what a
+    named record states is paid to or set on that record's party, not another record's."""
+    wanted = {normalise(p) for p in parties if normalise(p)}
+    keys = {k for p in parties if (k := party_key(p))}
+    if not wanted:
+        return records
+    skip = set(amounts)
+
+    def holds(segs: list[Segment]) -> bool:
+        return any(
+            s.whole and s.field_name not in skip and (s.text in wanted or (keys and party_key(s.raw) in keys))
+            for s in segs
+        )
+
+    held = [segs for segs in records if holds(segs)]
+    return held or records
+
+
+def parties_of(rules: ToolRules | None, arguments: Mapping[str, Any]) -> list[str]:
+    """The values of a call's ``destination`` and ``target`` arguments: whom it pays, the record
+    it changes (``of_parties``)."""
+    roles = ("destination", "target")
+    found = [r.argument for r in (rules.arguments.values() if rules is not None else ()) if r.role in roles]
+    return [v for a in found for v in split_values(arguments.get(a))]

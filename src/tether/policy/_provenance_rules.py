@@ -62,6 +62,7 @@ from tether.policy._provenance_paid import (
     paid_before,
     paid_beside,
     paid_in,
+    parties_of,
 )
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
@@ -350,7 +351,9 @@ class ProvenanceRules:
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
             elif USER in classes and (
-                other := given_for_another(index.user_text, self._rules_of(call.spec.name), rule, text)
+                other := given_for_another(
+                    index.user_text, self._rules_of(call.spec.name), rule, text, self.tools
+                )
             ):
                 out.worse(rule.otherwise, {"argument": arg, "problem": "given_for_another", "fields": other})
             elif not classes & rule.allow:
@@ -447,7 +450,8 @@ class ProvenanceRules:
         currency, home = paid_in(rules, call, rule), home_currency(rules, call, rule)  # home: if none said
         users = bounding(index.request_sums, currency, home) if USER in rule.bound else []
         stated = [(f, "the request") for f in users]
-        stated += named_bounds(index, rule.fields, currency, home) if "named" in rule.bound else []
+        parties = parties_of(rules, call.arguments)  # whom it pays, what it changes: their records bound it
+        stated += named_bounds(index, rule.fields, currency, home, parties) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = paid_beside(rules, call.arguments, rule)  # one call's amounts are one payment
         if rule.cumulative:
