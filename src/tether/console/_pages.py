@@ -434,15 +434,16 @@ class _Pages:
         visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
         rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
         rows = await self.sources.seen_runs(me, rows)  # checkpoints read for the rows shown only
+        seen = self.sources.seen_values  # the choices: of the runs the reader sees, like the rows
         return self.render(
             request,
             "runs.html",
             me,
             rows=rows,
             flt=flt,
-            tenants=sorted({r.tenant for r in visible if r.tenant}),
-            reasons=sorted({r.stop_reason for r in visible if r.stop_reason}),
-            agents=sorted({r.agent for r in visible if r.agent}),
+            tenants=await seen(me, visible, lambda r: r.tenant or ""),
+            reasons=await seen(me, visible, lambda r: r.stop_reason),
+            agents=await seen(me, visible, lambda r: r.agent),
         )
 
     async def run(self, request: Request, me: Principal) -> Response:

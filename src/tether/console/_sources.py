@@ -137,6 +137,27 @@ class ConsoleSources:
                 kept.append(run)
         return kept
 
+    async def seen_values(
+        self, principal: Principal, runs: list[RunSummary], key: Callable[[RunSummary], str]
+    ) -> list[str]:
+        """The values ``key`` gives ``runs`` (a filter's choices: their agents, stop reasons …), of
+        the runs ``principal`` sees only (``seen_runs``): a run hidden from every list offered its
+        agent and stop reason among the runs page's choices. Sorted, each once; a value's runs are
+        checked until one is seen (a checkpoint read for each value, not for each run)."""
+        holders: dict[str, list[RunSummary]] = {}
+        for run in runs:
+            if value := key(run):
+                holders.setdefault(value, []).append(run)
+        if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
+            return sorted(holders)
+        seen: list[str] = []
+        for value, those in holders.items():
+            for run in those:
+                if await self.seen_runs(principal, [run]):
+                    seen.append(value)
+                    break
+        return sorted(seen)
+
     async def pins(self, server: str) -> dict[str, Any]:
         """The pins of ``server`` (none without a pin store)."""
         if self.open_pins is None:
