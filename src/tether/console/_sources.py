@@ -121,17 +121,23 @@ class ConsoleSources:
             return run, RunView()
         return run, await anyio.to_thread.run_sync(self.traces.view, run_id)
 
-    async def seen_runs(self, principal: Principal, runs: list[RunSummary]) -> list[RunSummary]:
+    async def seen_runs(
+        self, principal: Principal, runs: list[RunSummary], limit: int | None = None
+    ) -> list[RunSummary]:
         """Of ``runs`` (selected by the tenant each trace names), those ``principal`` may see: each
         whose checkpoint, where it has one, names a tenant it sees too. The one rule for a run's
         page and API (``run``) and for every list of runs (the runs page and API, the URL requests
         read from traces): a trace claiming the principal's tenant over another tenant's paused
         run (a file put in the folder, its own start line gone) showed that run in the lists, its
-        stop, its proposal's id and the URLs its servers sent, where its page said 404."""
+        stop, its proposal's id and the URLs its servers sent, where its page said 404. ``limit``:
+        the first so many kept (a list cut before the hidden ones were dropped showed fewer, or
+        none, of the reader's own runs: hidden runs newer than them filled it)."""
         if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
-            return runs
+            return runs[:limit]
         kept = []
         for run in runs:
+            if limit is not None and len(kept) >= limit:
+                break
             saved, tenant = await self.checkpoint(run.run_id)
             if saved is None or principal.sees(tenant):
                 kept.append(run)
