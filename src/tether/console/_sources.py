@@ -134,7 +134,7 @@ class ConsoleSources:
         none, of the reader's own runs: hidden runs newer than them filled it)."""
         if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
             return runs[:limit]
-        kept = []
+        kept: list[RunSummary] = []
         for run in runs:
             if limit is not None and len(kept) >= limit:
                 break
