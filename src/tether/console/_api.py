@@ -23,7 +23,16 @@ from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import MAX_BODY, Console
 from tether.console._resume import resume_run
-from tether.console._runs import RunSummary, RunView, nests_deeper, run_filter, run_totals, timeline
+from tether.console._runs import (
+    SCANNED_RUNS,
+    SHOWN_RUNS,
+    RunSummary,
+    RunView,
+    nests_deeper,
+    run_filter,
+    run_totals,
+    timeline,
+)
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import UNSTORABLE, Gate, holds_unstorable, read_json
@@ -204,7 +213,9 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     flt = replace(run_filter(request.query_params), visible=p.tenants("viewer"))
-    seen = await sources.seen_runs(p, [r for r in await sources.runs(flt) if p.sees(r.tenant)])
+    # The hidden dropped, then cut (``seen_runs``): never fewer than the reader's own newest.
+    runs = [r for r in await sources.runs(flt, limit=SCANNED_RUNS) if p.sees(r.tenant)]
+    seen = await sources.seen_runs(p, runs, SHOWN_RUNS)
     rows = [r.to_json() for r in seen]
     return {"count": len(rows), "runs": rows}
 

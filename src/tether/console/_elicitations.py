@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tether.console._render import hidden_chars, names_in, reorders
-from tether.console._runs import RunFilter, nests_deeper, shallow
+from tether.console._runs import SCANNED_RUNS, RunFilter, nests_deeper, shallow
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name
@@ -39,6 +39,7 @@ _INT = re.compile(r"^[+-]?\d{1,18}$")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
 PENDING_SHOWN = 200  # pending questions a page or API answer lists: the newest the reader may see
+URL_RUNS = 50  # the newest runs the reader may see whose URL requests are listed
 PREFILLED = 60  # the longest default a form fills in (longer runs past what a text box shows)
 # What a field asks for when its name, title or description says a password or another secret:
 # the server, not tether, asks, and its answer goes to the server.
@@ -395,9 +396,10 @@ async def url_requests(
 ) -> list[dict[str, Any]]:
     """URL-mode elicitations recorded in traces (newest first), with their domains decoded."""
     out: list[dict[str, Any]] = []
-    # The principal's most recent runs: a page load stays cheap.
-    runs = await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50)
-    for run in await sources.seen_runs(principal, runs):
+    # The principal's most recent runs (a page load stays cheap): those hidden from it dropped
+    # first (``seen_runs``), so newer runs it may not see never leave it fewer of its own.
+    runs = await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=SCANNED_RUNS)
+    for run in await sources.seen_runs(principal, runs, URL_RUNS):
         asked = await sources.scan(run.run_id, ["mcp_elicitation"], lambda e: bool(e.get("url")), limit)
         for e in asked:
             out.append(

@@ -25,7 +25,7 @@ from tether.console import _servers as servers_view
 from tether.console._app import MAX_BODY, Console
 from tether.console._resume import resume_run
 from tether.console._rules import RULES
-from tether.console._runs import RunFilter, run_filter, run_totals, timeline
+from tether.console._runs import SCANNED_RUNS, SHOWN_RUNS, RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal, sign_in_name
 from tether.console._web import UNSTORABLE, form_value, holds_unstorable, repeated_field
@@ -35,8 +35,6 @@ __all__ = ["page_routes"]
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
 Viewer = Callable[[ConsoleSources, Principal, str], Awaitable[dict[str, Any]]]
-SHOWN_RUNS = 500  # on the runs page, newest first, after its filters
-SCANNED_RUNS = 20_000  # the runs the page's filters and their choices read (a folder's all, cached)
 
 NOTICES = {
     "approved": "Approved. The paused run continues when it is resumed.",
@@ -432,17 +430,18 @@ class _Pages:
         flt = run_filter(request.query_params)
         mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut
         visible = await self.sources.runs(mine, limit=SCANNED_RUNS)  # the filters' choices too
-        rows = [r for r in visible if flt.matches(r)][:SHOWN_RUNS]  # filtered, then cut
-        rows = await self.sources.seen_runs(me, rows)  # checkpoints read for the rows shown only
+        # Filtered, the hidden dropped, then cut: checkpoints read for the rows shown (and hidden).
+        rows = await self.sources.seen_runs(me, [r for r in visible if flt.matches(r)], SHOWN_RUNS)
+        seen = self.sources.seen_values  # the choices: of the runs the reader sees, like the rows
         return self.render(
             request,
             "runs.html",
             me,
             rows=rows,
             flt=flt,
-            tenants=sorted({r.tenant for r in visible if r.tenant}),
-            reasons=sorted({r.stop_reason for r in visible if r.stop_reason}),
-            agents=sorted({r.agent for r in visible if r.agent}),
+            tenants=await seen(me, visible, lambda r: r.tenant or ""),
+            reasons=await seen(me, visible, lambda r: r.stop_reason),
+            agents=await seen(me, visible, lambda r: r.agent),
         )
 
     async def run(self, request: Request, me: Principal) -> Response:

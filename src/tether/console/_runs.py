@@ -21,6 +21,8 @@ from tether.trace._stats import number, trace_stats
 from tether.trace._tracer import line_event
 
 __all__ = [
+    "SCANNED_RUNS",
+    "SHOWN_RUNS",
     "RunFilter",
     "RunIndex",
     "RunSummary",
@@ -97,6 +99,9 @@ def run_filter(params: Mapping[str, str]) -> RunFilter:
         until=parse_day(params.get("until", "")),
     )
 
+
+SHOWN_RUNS = 500  # on the runs page and in the API's list, newest first, after the filters
+SCANNED_RUNS = 20_000  # the runs a list reads to fill it and the page's choices (a folder's all, cached)
 
 # What one view of a run (its page, its API) reads of its trace: the one owner of these bounds.
 VIEW_EVENTS = 2000  # events read and shown; the rest of the trace is not read

@@ -121,21 +121,48 @@ class ConsoleSources:
             return run, RunView()
         return run, await anyio.to_thread.run_sync(self.traces.view, run_id)
 
-    async def seen_runs(self, principal: Principal, runs: list[RunSummary]) -> list[RunSummary]:
+    async def seen_runs(
+        self, principal: Principal, runs: list[RunSummary], limit: int | None = None
+    ) -> list[RunSummary]:
         """Of ``runs`` (selected by the tenant each trace names), those ``principal`` may see: each
         whose checkpoint, where it has one, names a tenant it sees too. The one rule for a run's
         page and API (``run``) and for every list of runs (the runs page and API, the URL requests
         read from traces): a trace claiming the principal's tenant over another tenant's paused
         run (a file put in the folder, its own start line gone) showed that run in the lists, its
-        stop, its proposal's id and the URLs its servers sent, where its page said 404."""
+        stop, its proposal's id and the URLs its servers sent, where its page said 404. ``limit``:
+        the first so many kept (a list cut before the hidden ones were dropped showed fewer, or
+        none, of the reader's own runs: hidden runs newer than them filled it)."""
         if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
-            return runs
-        kept = []
+            return runs[:limit]
+        kept: list[RunSummary] = []
         for run in runs:
+            if limit is not None and len(kept) >= limit:
+                break
             saved, tenant = await self.checkpoint(run.run_id)
             if saved is None or principal.sees(tenant):
                 kept.append(run)
         return kept
+
+    async def seen_values(
+        self, principal: Principal, runs: list[RunSummary], key: Callable[[RunSummary], str]
+    ) -> list[str]:
+        """The values ``key`` gives ``runs`` (a filter's choices: their agents, stop reasons …), of
+        the runs ``principal`` sees only (``seen_runs``): a run hidden from every list offered its
+        agent and stop reason among the runs page's choices. Sorted, each once; a value's runs are
+        checked until one is seen (a checkpoint read for each value, not for each run)."""
+        holders: dict[str, list[RunSummary]] = {}
+        for run in runs:
+            if value := key(run):
+                holders.setdefault(value, []).append(run)
+        if principal.tenants("viewer") is None:  # every tenant's: nothing to hide
+            return sorted(holders)
+        seen: list[str] = []
+        for value, those in holders.items():
+            for run in those:
+                if await self.seen_runs(principal, [run]):
+                    seen.append(value)
+                    break
+        return sorted(seen)
 
     async def pins(self, server: str) -> dict[str, Any]:
         """The pins of ``server`` (none without a pin store)."""
