@@ -190,7 +190,7 @@ async def test_the_listings_and_the_users_address_kept_one_piece_a_run_is_still_
     ],
 )
 async def test_notes_ending_with_a_full_stop_or_a_trusted_handle_are_still_kept(note: str) -> None:
-    world = Desk(BILLING)
+    world = Desk("anna.m@secure-systems.example")  # "a.m." is a piece of it: no address's name
     assert await _one_run(world, REVIEW_REQUEST, *READ, call("append_file", name="Paris", content=note)) == []
     assert world.files["Paris"] == note
 

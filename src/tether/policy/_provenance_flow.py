@@ -300,11 +300,11 @@ def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Orig
     addresses the request or a result holds (read without brackets, case folded), with their
     origins: the store joins it with what earlier runs kept before it (``secure-systems[`` kept
     by one run, ``.]example/deal`` by the next), which ``joined_links`` (this run's pieces)
-    never sees. So is the last word, as a piece of an address: one cut after its ``@`` or its
-    dot (``billing@secure-systems.``, then ``example``) leaves a next piece with no mark, where a
-    link's next piece still holds its dot or slash. A last word's full stop ends its sentence;
-    a last word that is a whole link or address is judged as one. A word no link or address
-    holds is no piece of any."""
+    never sees. So is the last word that holds an ``@``, as a piece of an address: one cut
+    after its ``@`` or its dot (``billing@secure-systems.``, then ``example``) leaves a next
+    piece with no mark, where a link's next piece still holds its dot or slash. A last word's
+    full stop ends its sentence; a last word that is a whole link or address is judged as one.
+    A word no link or address holds is no piece of any."""
     words = value.split()
     out: list[tuple[str, list[Origin]]] = []
     for word, closing in [*((w, False) for w in words[:1]), *((w, True) for w in words[1:][-1:])]:
@@ -312,8 +312,8 @@ def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Orig
         core = _bare(marked).translate(_BRACKETS).rstrip(",;!?")
         if len(core.strip(".")) < 3 or not _LINK_MARKS & set(marked):
             continue
-        if closing and (find_links(marked) or find_handles(marked)):
-            continue  # a whole link or address: judged as one
+        if closing and ("@" not in core or find_links(marked) or find_handles(marked)):
+            continue  # no piece of an address's name (``a.m.``), or a whole one: judged as one
         texts = [t for t in (index.objective, *(seg.raw for seg in index.segments)) if core in _held(t)]
         links = [] if closing else [link for t in texts for link in find_links(t) if core in _held(link.raw)]
         addresses = [a for t in texts for a in find_handles(t) if "@" in a and core in _held(a)]
