@@ -295,24 +295,38 @@ _BRACKETS = str.maketrans("", "", "[]()")
 
 
 def link_pieces(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Origin]]]:
-    """The first word of ``value``, written to a store, when it holds a mark of a link
-    (``.``, ``/``, ``:``, ``@``, a defanging bracket) and are a piece of links the request or a
-    result holds (read without brackets, case folded), with those links' origins: the store
-    joins it with what earlier runs kept before it (``secure-systems[`` kept by one run,
-    ``.]example/deal`` by the next), which ``joined_links`` (this run's pieces) never sees.
-    A word no link holds is no piece of any."""
+    """The first word of ``value``, written to a store, when it holds a mark of a link or an
+    address (``.``, ``/``, ``:``, ``@``, a defanging bracket) and is a piece of the links or
+    addresses the request or a result holds (read without brackets, case folded), with their
+    origins: the store joins it with what earlier runs kept before it (``secure-systems[`` kept
+    by one run, ``.]example/deal`` by the next), which ``joined_links`` (this run's pieces)
+    never sees. So is the last word that holds an ``@``, as a piece of an address: one cut
+    after its ``@`` or its dot (``billing@secure-systems.``, then ``example``) leaves a next
+    piece with no mark, where a link's next piece still holds its dot or slash. A last word's
+    full stop ends its sentence; a last word that is a whole link or address is judged as one.
+    A word no link or address holds is no piece of any."""
     words = value.split()
     out: list[tuple[str, list[Origin]]] = []
-    for word in words[:1]:
-        core = _bare(word).translate(_BRACKETS).rstrip(",;!?")
-        if len(core.strip(".")) < 3 or not _LINK_MARKS & set(word):
+    for word, closing in [*((w, False) for w in words[:1]), *((w, True) for w in words[1:][-1:])]:
+        marked = word.rstrip(".,;!?") if closing else word
+        core = _bare(marked).translate(_BRACKETS).rstrip(",;!?")
+        if len(core.strip(".")) < 3 or not _LINK_MARKS & set(marked):
             continue
-        texts = [index.objective, *(seg.raw for seg in index.segments)]
-        links = [link for t in texts if core in _bare(t).translate(_BRACKETS) for link in find_links(t)]
-        held = [link for link in links if core in _bare(link.raw).translate(_BRACKETS)]
-        if held:
-            out.append((word, [o for link in held for o in index.link_origins(link)]))
+        if closing and ("@" not in core or find_links(marked) or find_handles(marked)):
+            continue  # no piece of an address's name (``a.m.``), or a whole one: judged as one
+        texts = [t for t in (index.objective, *(seg.raw for seg in index.segments)) if core in _held(t)]
+        links = [] if closing else [link for t in texts for link in find_links(t) if core in _held(link.raw)]
+        addresses = [a for t in texts for a in find_handles(t) if "@" in a and core in _held(a)]
+        origins = [o for link in links for o in index.link_origins(link)]
+        origins += [o for a in dict.fromkeys(addresses) for o in handle_origins(index, a)]
+        if origins:
+            out.append((word, origins))
     return out
+
+
+def _held(text: str) -> str:
+    """``text`` as ``link_pieces`` finds a piece in it: as a reader reads it, without brackets."""
+    return _bare(text).translate(_BRACKETS)
 
 
 FRAGMENT_DIGITS = 4  # the digits at a write's edge judged as a piece of a number the store may make
