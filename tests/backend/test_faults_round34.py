@@ -15,6 +15,9 @@ Fixed here:
   ``model_error`` after the call was refused. Both read such arguments as the text that is no
   JSON object they are now: the call refused, its refusal sent back, the model's answer after it
   standing, the run flagged (exit 2), as arguments that are an array or too long already were.
+  A tool that declares secret arguments crashed the run the same way where the trace learns
+  their values (``trace._sanitize``); their values are read from the text there now, as from
+  text that is no JSON, and kept out of the trace.
 
 Probed, all already honest; pinned here so they stay so (``PINNED``):
 
@@ -37,12 +40,14 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_faults_heldout
 from test_faults_heldout import ANSWER, ORDER, Case, Make, case_params, good, only, run_case, twice
 from test_faults_round4 import SERVERS4, Raw, head_body
 from test_faults_round15 import walk_dicts
@@ -100,6 +105,34 @@ def test_arguments_nested_past_reading_are_refused_and_the_run_goes_on(
     assert [c["status"] for c in out["calls"]] == ["rejected"], out
     for piece in case.said:
         assert piece in out["message"], out["message"]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai-chat", "openai-responses"])
+def test_nested_arguments_of_a_tool_with_secret_arguments_are_refused_and_the_secret_kept_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    """The tool declares ``order_id`` secret: the trace learns its value from the call's text
+    even where that text is nested past reading (it crashed the run, ``RecursionError``, in
+    ``trace._sanitize``), the call is refused, the run flagged, the value in no file written;
+    the same tool with plain arguments runs."""
+    secret = "s3cr3t-742"
+    tools = test_faults_heldout.TOOLS.replace(
+        "@tool(effect=Effect.READ)", "@tool(effect=Effect.READ, secret_arguments=['order_id'])"
+    )
+    monkeypatch.setattr(test_faults_heldout, "TOOLS", tools)
+    deep = DEEP_SMALL.replace('"742"', f'"{secret}"')
+    for arguments, status, code in ((deep, "rejected", 2), (ORDER[1], "ok", 0)):
+        monkeypatch.delitem(sys.modules, "tools_heldout24", raising=False)
+        here = tmp_path / status
+        here.mkdir()
+        case = Case(status, calls_with(arguments), True)
+        got, out, requests, _ = run_case(here, provider, case, "stream", "http", servers=SERVERS4)
+        assert (got, out["stop_reason"], out["answer"], requests) == (code, "accepted", ANSWER, 2), out
+        assert [c["status"] for c in out["calls"]] == [status], out
+        traces = [f for f in (here / "traces").rglob("*") if f.is_file()]
+        assert traces and all(secret.encode() not in f.read_bytes() for f in traces)
+        assert any(b"read_order" in f.read_bytes() for f in traces)
+    monkeypatch.delitem(sys.modules, "tools_heldout24", raising=False)
 
 
 # -- pinned: what held ------------------------------------------------------------------------
