@@ -584,7 +584,7 @@ def _input(call: ToolCall) -> Any:
     text = call.arguments
     try:
         value = json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past reading
         return {}
     if not isinstance(value, dict):
         return {}

@@ -112,7 +112,7 @@ def asked(message: AssistantMessage, host: Any = None, state: RunState | None = 
     for c in message.tool_calls:
         try:
             arguments = json.loads(c.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past reading: refused at intake
             continue
         if not isinstance(arguments, dict):
             continue

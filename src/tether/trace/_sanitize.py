@@ -165,7 +165,7 @@ class Redactor:
         if isinstance(arguments, str):
             try:
                 parsed = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past reading: its text is read
                 parsed = None
             if not isinstance(parsed, dict):
                 for name in names:
