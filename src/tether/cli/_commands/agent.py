@@ -40,12 +40,13 @@ def print_schema(args: argparse.Namespace) -> int:
 
 
 def check_file(args: argparse.Namespace) -> int:
-    from tether.agents._build import local_tool_names
+    from tether.agents._build import check_models, local_tool_names
     from tether.agents._file import load_agent_file
 
     try:
         af = load_agent_file(args.file)
         tools = local_tool_names(af)  # imported as a run would: a mistyped path fails here
+        check_models(af)  # a stand-in's script read, a cost budget's prices found, as a run does
     except ConfigError as err:
         return fail("tether agent check", err, as_json=args.json)
     models = [f"{b.provider}:{b.name}" for b in af.spec.model.backends()]
