@@ -273,7 +273,6 @@ def read_order(order_id: Annotated[str, Field(description="Work order id.")]) ->
 @pytest.mark.parametrize(
     ("model", "script", "expected"),
     [
-        ({"name": "scripted:missing.yaml"}, None, "cannot read"),
         (
             {"name": "scripted:steps.yaml"},
             "- call: read_order\n  argumnts: {order_id: '1'}\n",
@@ -304,13 +303,32 @@ def test_agent_check_refuses_what_a_run_would_refuse(
     assert expected in capsys.readouterr().err
 
 
+def test_agent_check_warns_of_a_script_not_there_yet_and_a_run_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_agent(
+        tmp_path, READ_TOOLS, "tools_nu7_absent", "- final: ok\n", tools=["tools_nu7_absent:read_order"]
+    )
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["model"] = {"name": "scripted:later.yaml"}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["agent", "check", str(path), "--json"]) == 0
+    out = last_json(capsys.readouterr().out)
+    assert out["warnings"] == [
+        f"model script {tmp_path / 'later.yaml'} does not exist yet: a run refuses the file until it does"
+    ]
+    assert main(["run", "Is 742 open?", "--agent", str(path)]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
 def test_agent_check_still_passes_a_good_stand_in_and_a_priced_budget(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     steps = "- call: read_order\n  arguments: {order_id: '742'}\n- final: ok\n"
     path = write_agent(tmp_path, READ_TOOLS, "tools_nu7_good", steps, tools=["tools_nu7_good:read_order"])
     assert main(["agent", "check", str(path)]) == 0
-    assert "valid" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "valid" in said and "warning" not in said
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["model"] = {
         "name": "local-model",
