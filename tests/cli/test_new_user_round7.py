@@ -395,3 +395,31 @@ def test_trace_results_in_the_file_keeps_the_results_of_a_resumed_run_once_each(
     kept = [json.loads(x) for x in Path(done["results_file"]).read_text(encoding="utf-8").splitlines()]
     assert [k["tool"] for k in kept] == ["read_order", "add_note"]
     assert json.loads(kept[1]["text"]) == {"order_id": "742", "noted": "Waiting for P-17."}
+
+
+# -- tether mcp review ends with the command that pins what it showed ------------------------------
+
+
+def test_mcp_review_ends_with_the_approve_command_and_that_command_pins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+
+    config = tmp_path / "mcp.yaml"
+    server = {
+        "name": "erp",
+        "command": ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"],
+        "effects": {"read_order": "read"},
+        "sandbox": "none",
+    }
+    host = {"pins": str(tmp_path / "pins.db"), "state": str(tmp_path / "state.db"), "trace_dir": "traces"}
+    config.write_text(yaml.safe_dump({"host": host, "servers": [server]}), encoding="utf-8")
+    assert main(["mcp", "review", "erp", "--config", str(config)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    digest = next(line.split()[2] for line in out if line.startswith("review digest: "))
+    last = out[-1]
+    assert last.startswith("to pin exactly this listing: tether mcp approve erp --config ")
+    argv = shlex.split(last.split(": ", 1)[1])
+    assert argv[-2:] == ["--expect", digest]
+    assert main(argv[1:]) == 0
+    assert "pinned   erp__read_order" in capsys.readouterr().out
