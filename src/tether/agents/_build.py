@@ -293,21 +293,43 @@ def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = N
     ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
     ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
     m = af.spec.model
-    prices = _prices(m)
+    prices = check_models(af, scripts=False)
     models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
-    for budget in ("max_cost_usd", "max_cost_usd_hard"):
-        if getattr(m.limits, budget) is None:
-            continue
-        for spec, model in zip(m.backends(), models, strict=True):
-            if spec.scripted is None and getattr(model, "price", None) is None:
-                raise ConfigError(
-                    f"{af.label()}: model.limits.{budget} needs a price for {spec.name}: add model.prices"
-                )
     if len(models) == 1:
         return models[0]
     from tether.models._fallback import FallbackModel
 
     return FallbackModel(models)
+
+
+def check_models(af: AgentFile, *, scripts: bool = True, absent: list[str] | None = None) -> dict[str, Any]:
+    """What a run's models need of the file alone, checked as a run checks it (``tether agent
+    check``; ``make_model`` with ``scripts=False``, as it reads them itself): a price for each model
+    a cost budget counts, and each scripted stand-in's script read and parsed. A script that is not
+    there yet is noted in ``absent`` when given (a run still refuses it). Returns the price table.
+    Raises ``ConfigError``."""
+    from tether.models._pricing import price_for
+
+    m = af.spec.model
+    prices = _prices(m)
+    for spec in m.backends():
+        for budget in ("max_cost_usd", "max_cost_usd_hard"):
+            if (
+                getattr(m.limits, budget) is not None
+                and spec.scripted is None
+                and price_for(spec.name, prices) is None
+            ):
+                raise ConfigError(
+                    f"{af.label()}: model.limits.{budget} needs a price for {spec.name}: add model.prices"
+                )
+        if spec.scripted is None or not scripts:
+            continue
+        path = af.resolve(spec.scripted)
+        if absent is not None and path not in af.files and not path.exists():
+            absent.append(f"model script {path} does not exist yet: a run refuses the file until it does")
+            continue
+        scripted_model(path, label=spec.name, raw=af.files.get(path))
+    return prices
 
 
 def _prices(m: ModelSpec) -> dict[str, Any]:

@@ -50,15 +50,24 @@ def module_spelling(ref: str) -> str:
     return f"; name the module, not its file: {module}:{attr}"
 
 
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 def raised_at(err: BaseException) -> str:
     """`` (at FILE:LINE)`` of the innermost line of the user's code ``err`` came from (a syntax
-    error's own line; not tether's, not the import machinery's), else ``""``."""
+    error's own line; not tether's, not the standard library's or the import machinery's, and not
+    an installed library's — a tool that calls a library which raises names its own line — unless
+    no other line is left: then the innermost installed one), else ``""``."""
     if isinstance(err, SyntaxError) and err.filename:
         return f" (at {err.filename}:{err.lineno})"
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = ""
+    found = installed = ""
     for frame, line in traceback.walk_tb(err.__traceback__):
         name = frame.f_code.co_filename
-        if not name.startswith(("<", own)) and not name.startswith(os.path.dirname(os.__file__)):
+        if name.startswith(("<", own)) or name.startswith(os.path.dirname(os.__file__)):
+            continue
+        if _INSTALLED.intersection(re.split(r"[\\/]", name)):
+            installed = f" (at {name}:{line})"
+        else:
             found = f" (at {name}:{line})"
-    return found
+    return found or installed

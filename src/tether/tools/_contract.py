@@ -106,11 +106,53 @@ def render_result(value: Any) -> str:
     """Structured results become canonical JSON; text stays text. A dataclass is its fields, an
     enum its value, a set its sorted items, a pydantic model its JSON dump (at any depth), as
     other frameworks send them; what JSON cannot hold otherwise is its ``str``."""
+    return _rendered(value)[0]
+
+
+def _rendered(value: Any) -> tuple[str, Any]:
+    """``(text, data)`` of a tool's result: ``render_result``'s text, and ``value`` itself — or,
+    where JSON could not hold it as it is (keys that are not text or that do not sort together,
+    ``{1: …, "total": …}``, a tuple key, a container that holds itself), the JSON-safe form the
+    text was written from, so that nothing after the tool (cleaning, the ledger, the trace) meets
+    what the tool's own return could not be written as."""
     if isinstance(value, str):
-        return value
+        return value, value
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=_jsonable)
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=_jsonable), value
+    except (TypeError, ValueError, RecursionError):
+        pass  # a key JSON cannot write or sort, or a cycle: written from its safe form below
+    safe = _json_safe(value, ())
+    return json.dumps(safe, ensure_ascii=False, sort_keys=True, default=_jsonable), safe
+
+
+def _json_safe(value: Any, path: tuple[int, ...]) -> Any:
+    """``value`` with every mapping's keys as JSON writes them (``1`` → ``"1"``, ``True`` →
+    ``"true"``, a tuple or other key → its ``str``), dataclasses, enums and sets as ``_jsonable``
+    gives them, and a container met again inside itself as ``"{...}"``/``"[...]"`` (as ``repr``)."""
+    if isinstance(value, BaseModel | enum.Enum | set | frozenset) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        value = _jsonable(value)
+    if not isinstance(value, dict | list | tuple):
+        return value
+    if id(value) in path:
+        return "{...}" if isinstance(value, dict) else "[...]"
+    inner = (*path, id(value))
+    if isinstance(value, dict):
+        return {_json_key(k): _json_safe(v, inner) for k, v in value.items()}
+    return [_json_safe(item, inner) for item in value]
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, enum.Enum):
+        key = key.value
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)  # as json.dumps writes a key: 1 -> "1", True -> "true", None -> "null"
+    return str(key)
 
 
 def _jsonable(value: Any) -> Any:
@@ -256,10 +298,11 @@ class Tool(Generic[P, T]):
         tool_name = options.get("name") or function.__name__
         params = list(inspect.signature(function).parameters.values())
         self._is_method = bool(params) and params[0].name == "self"
+        # Positional-only arguments (``def f(x, /)``) are passed by position, the rest by name.
+        own = params[1:] if self._is_method else params
+        self._positional = tuple(p.name for p in own if p.kind is p.POSITIONAL_ONLY)
         doc, documented = split_docstring((inspect.getdoc(function) or "").strip())
-        self.arguments_model, self._context_param = _arguments_model(
-            function, tool_name, params[1:] if self._is_method else params, documented
-        )
+        self.arguments_model, self._context_param = _arguments_model(function, tool_name, own, documented)
         self._plain = _plain_fields(self.arguments_model)
         contract: dict[str, Any] = {k: v for k, v in options.items() if k in _SPEC_FIELDS}
         contract.update(
@@ -370,6 +413,7 @@ class Tool(Generic[P, T]):
             kwargs[self._context_param] = context
         fn: Callable[..., Any] = self.function
         args: tuple[Any, ...] = (self._bound,) if self._is_method else ()
+        args += tuple(kwargs.pop(name) for name in self._positional)
         if self._is_method and self._bound is None:
             raise TypeError(f"tool {self.name} is a method: use it from an instance")
         try:
@@ -389,8 +433,7 @@ class Tool(Generic[P, T]):
             ) from None
         except BaseExceptionGroup as group:
             raise unwrap_exception_group(group) from None
-        text = render_result(value)
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        text, data = _rendered(value)
         return ToolOutput(text=text, data=data)
 
     def with_options(self, **changes: Unpack[ToolOptions]) -> Tool[P, T]:

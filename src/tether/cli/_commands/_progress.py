@@ -110,8 +110,11 @@ def write_results(result: Any, secrets: frozenset[str] | set[str]) -> Path | Non
         return None
     path = Path(result.trace_path).with_suffix(".results.jsonl")
     redactor = Redactor(set(secrets))
+    kept = _kept_calls(path)  # a resumed run's results of before the pause are there already
     with path.open("a", encoding="utf-8") as f:
         for obs in result.observations:
+            if obs.call_id in kept:
+                continue
             text = obs.text
             line = {
                 "run_id": result.run_id,
@@ -126,3 +129,20 @@ def write_results(result: Any, secrets: frozenset[str] | set[str]) -> Path | Non
             }
             f.write(json.dumps(sanitize_value(line, redactor), ensure_ascii=True) + "\n")
     return path
+
+
+def _kept_calls(path: Path) -> set[str]:
+    """The call ids whose results ``path`` holds (none when it does not exist)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return set()
+    kept: set[str] = set()
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("call_id"), str):
+            kept.add(entry["call_id"])
+    return kept

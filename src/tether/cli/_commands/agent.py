@@ -40,15 +40,18 @@ def print_schema(args: argparse.Namespace) -> int:
 
 
 def check_file(args: argparse.Namespace) -> int:
-    from tether.agents._build import local_tool_names
+    from tether.agents._build import check_models, local_tool_names
     from tether.agents._file import load_agent_file
 
+    notes: list[str] = []
     try:
         af = load_agent_file(args.file)
         tools = local_tool_names(af)  # imported as a run would: a mistyped path fails here
+        check_models(af, absent=notes)  # a stand-in's script parsed, a budget's prices found
     except ConfigError as err:
         return fail("tether agent check", err, as_json=args.json)
     models = [f"{b.provider}:{b.name}" for b in af.spec.model.backends()]
     text = f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}"
-    out = {"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}
+    text += "".join(f"\nwarning: {note}" for note in notes)
+    out = {"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256, "warnings": notes}
     return outcome(out, text, as_json=args.json)

@@ -203,9 +203,20 @@ def _review(args: argparse.Namespace) -> int:
                 print(terminal(f"  ! {f.kind} in {f.where}: {f.detail}"))
         print("\n== summary")
         print("\n".join(safe(line) for line in review.summary()))
+        print(terminal(f"to pin exactly this listing: {_approve_command(args, review.digest)}"))
     else:
         emit_json({"ok": True, **review.to_json()}, exit=0)
     return 0
+
+
+def _approve_command(args: argparse.Namespace, digest: str) -> str:
+    """The complete ``tether mcp approve`` command for what ``review`` showed: the digest is printed
+    again after the summary, where the reader ends up, not only above every tool's definition."""
+    import shlex
+
+    source = ["--agent", str(args.agent)] if getattr(args, "agent", None) else ["--config", str(args.config)]
+    db = ["--db", str(args.db)] if getattr(args, "db", None) else []
+    return shlex.join(["tether", "mcp", "approve", args.name, *source, *db, "--expect", digest])
 
 
 def _approve(args: argparse.Namespace) -> int:

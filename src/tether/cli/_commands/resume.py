@@ -79,8 +79,21 @@ def run(args: argparse.Namespace) -> int:
         host,
         args,
         db=db,
-        trace_results=args.trace_results,
+        trace_results=args.trace_results or _file_keeps_results(db, args.run_id),
         tools=agent.tools,
         model=agent.model.name,
         backend=agent.model,
     )
+
+
+def _file_keeps_results(db: Path, run_id: str) -> bool:
+    """Whether the agent file recorded for ``run_id`` keeps tool results (``trace.results``), as
+    ``tether run`` read it: a resumed run keeps them as the run it continues did."""
+    from tether.agents._record import load_record, record_path
+
+    if not record_path(db, run_id).exists():
+        return False
+    try:
+        return bool(load_record(db, run_id).spec.trace.results)
+    except ConfigError:
+        return False
