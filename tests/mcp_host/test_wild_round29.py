@@ -21,6 +21,9 @@ Found:
   banner, or the call it logged. An object naming no ``jsonrpc``, ``result`` or ``error`` object
   is now no answer (dropped as any other line that is not JSON-RPC); an answer without
   ``"jsonrpc"`` still fails its call at once;
+* a server ending its messages with a lone ``\\r`` (never ``\\n``) was never read: its start
+  waited out the connect timeout and was said to be slow. A message with no newline after it is
+  read once whole with a few blanks or a ``\\r`` after it too;
 * a launch the system refuses was named in its bare words, naming the script even where its
   interpreter was missing: ``FileNotFoundError: … run.sh`` for a script saved with Windows line
   endings (its ``#!`` line looks for ``/bin/sh\\r``) or one whose ``#!`` interpreter does not
@@ -44,6 +47,7 @@ import pytest
 
 from tether.core.stop import Limits, StopReason
 from tether.errors import DependencyUnavailable
+from tether.mcp._framing import whole
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
@@ -105,6 +109,21 @@ async def test_a_server_logging_json_lines_to_stdout_starts_and_serves(tmp_path:
     assert _value(said[0], "a") and _value(said[2], "b")
     assert _failed(said[1], "not valid JSON-RPC")
     assert not run.summary()["unavailable_servers"]
+
+
+def test_a_message_is_whole_with_blanks_after_it() -> None:
+    """Output with no newline yet is a whole message with a ``\\r`` or blanks after it (a few:
+    the check runs at every chunk), not before it is whole."""
+    message = b'{"jsonrpc": "2.0", "id": 1, "result": {}}'
+    assert all(whole(message + tail) for tail in (b"", b"\r", b" \t\r", b" " * 16))
+    assert not whole(message[:-1] + b"\r") and not whole(b"\r") and not whole(message + b" " * 17)
+
+
+async def test_a_server_ending_its_lines_with_a_lone_cr_starts_and_serves(tmp_path: Path) -> None:
+    """``cr`` ends each message with ``\\r`` and never ``\\n``: each is read once whole (before:
+    the start waited out its connect timeout, then was said to be slow to start)."""
+    said = (await _run(tmp_path, _entry("cr"), ["a", "b"])).seen("x__lookup")
+    assert _value(said[0], "a") and _value(said[1], "b")
 
 
 # -- found: a launch the system refuses ----------------------------------------------------------

@@ -7,7 +7,8 @@ block, not a list), ``nullcontent``, ``bare`` (``isError`` alone), ``sloppy`` (t
 Its first argument picks how the whole server misbehaves: ``banner`` writes start-up lines to
 stdout before it reads anything (npm's warnings, "running on stdio"); ``jsonlog`` logs as a
 structured logger does, to stdout (pino's ``{"level": 30, "msg": …, "id": …}``, at its start and
-before each answer, naming the request's id); ``crlf`` ends every line it writes with ``\\r\\n``;
+before each answer, naming the request's id); ``crlf`` ends every line it writes with ``\\r\\n``,
+``cr`` with a lone ``\\r``;
 ``oldproto`` answers ``initialize`` with a protocol version the host does not know
 (``2024-01-01``); ``future`` with one from the future; ``noinfo`` / ``nocaps`` / ``nullcaps``
 leave out ``serverInfo`` / ``capabilities`` or make them null; ``names`` lists tools whose names
@@ -30,7 +31,7 @@ LOOKUP = {
     "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
 }
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
-END = b"\r\n" if MODE == "crlf" else b"\n"
+END = {"crlf": b"\r\n", "cr": b"\r"}.get(MODE, b"\n")
 ODD: dict[str, Any] = {
     "empty": {},
     "strcontent": {"content": "value-of-strcontent"},
