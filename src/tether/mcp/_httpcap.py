@@ -449,8 +449,8 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
     one line, as on stdio (the SDK's words were a multi-line dump of validation errors)."""
     try:
         message = json.loads(body)
-    except ValueError:
-        return f"{NOT_JSON_RPC} (not JSON)"
+    except ValueError:  # (in the SDK's words first, which earlier rounds pinned)
+        return f"Failed to parse JSON response: {NOT_JSON_RPC} (not JSON)"
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return f"{NOT_JSON_RPC} (no JSON-RPC 2.0 message)"
     if "result" not in message and "error" not in message:
