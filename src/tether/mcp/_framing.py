@@ -1,7 +1,8 @@
 """Lines of a stdio server's output as JSON-RPC messages, for servers in the wild that frame
 newline-delimited JSON loosely: a message pretty-printed over lines (``JSON.stringify(m, null,
 2)``), messages written one after the other with no newline between (``}{``), and a message
-with no newline after it (read once it is whole, or at the end of the output).
+with no newline after it (read once it is whole, blanks or a lone ``\r`` after it too, or at the
+end of the output).
 
 The common line (one whole message) costs a byte search only: a message is joined over lines
 only from a line that is a lone ``{`` or ``[``, and ends at the first line that closes one at
@@ -27,15 +28,21 @@ FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a who
 
 _JOINED = re.compile(rb"[}\]]\s*[{\[]")  # one value closed and the next opened on one line
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
+_BLANKS = b" \t\r"
 MAX_UNENDED = 1 << 20  # the longest output without a newline tried as a whole message
 
 
 def whole(buffer: bytes | bytearray) -> bool:
-    """Whether output not yet ended by a newline is a whole message (tried up to ``MAX_UNENDED``)."""
+    """Whether output not yet ended by a newline is a whole message (tried up to ``MAX_UNENDED``),
+    blanks after it too: a server ending its lines with a lone ``\r`` (no ``\n`` ever came: the
+    start waited out its connect timeout) or a space."""
+    end = len(buffer)
+    while end > max(1, len(buffer) - 16) and buffer[end - 1] in _BLANKS:  # (a few, at each chunk)
+        end -= 1
     if (
         not 1 < len(buffer) <= MAX_UNENDED
         or buffer[:1] not in (b"{", b"[")
-        or buffer[-1:] not in (b"}", b"]")
+        or buffer[end - 1 : end] not in (b"}", b"]")
     ):
         return False
     try:

@@ -73,7 +73,7 @@ from tether.mcp._failures import AUTH_REFUSED, DROPPED, REFUSED_AS_ASKED, SESSIO
 from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import BOM, FLOAT_ID
 from tether.mcp._httpstatus import refusal, status_failure
-from tether.mcp._stdio import too_large
+from tether.mcp._stdio import NOT_JSON_RPC, too_large
 
 __all__ = [
     "ACCEPTED_ENCODINGS",
@@ -444,14 +444,15 @@ def _what(request: httpx2.Request) -> str:
 
 
 def _not_its_answer(body: bytes, asked: Any) -> str | None:
-    """Why a JSON body is no answer to request ``asked`` (``None``: it is one, or is not JSON-RPC
-    at all, which the SDK names itself)."""
+    """Why a JSON body is no answer to request ``asked`` (``None``: it is one). A body that is
+    no JSON-RPC message (not JSON, a string, an object without ``"jsonrpc": "2.0"``) is named in
+    one line, as on stdio (the SDK's words were a multi-line dump of validation errors)."""
     try:
         message = json.loads(body)
-    except ValueError:
-        return None
+    except ValueError:  # (in the SDK's words first, which earlier rounds pinned)
+        return f"Failed to parse JSON response: {NOT_JSON_RPC} (not JSON)"
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return None
+        return f"{NOT_JSON_RPC} (no JSON-RPC 2.0 message)"
     if "result" not in message and "error" not in message:
         what = "a request or notification of its own" if "method" in message else "no answer"
         return f"the server's answer to this request was {what}, not an answer"

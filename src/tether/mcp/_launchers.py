@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.mcp._runnable import found, missing_interpreter, not_found, unrunnable, which
+
 __all__ = [
     "NEVER_SEEN",
     "SYSTEM_DIRS",
@@ -161,7 +163,7 @@ def resolve_launch(
     guarded = [Path(p).resolve() for p in protected]
     wrote = [Path(w).resolve() for w in writable]
     argv = list(argv)
-    exe = _which(argv[0], env, cwd)
+    exe = which(argv[0], env, cwd)
     if exe is None:
         return Launch("unknown", argv, problem=not_found(argv[0]))
     name = Path(argv[0]).name
@@ -170,42 +172,19 @@ def resolve_launch(
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
+    if (why := missing_interpreter(argv[0], interpreter)) is not None:
+        return Launch("unknown", argv, problem=why)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
         python = Launch("python", argv, _protected=guarded, _writable=wrote)
         return _python(python, exe, interpreter, env, cwd)
     if interpreter is not None and Path(interpreter).name in _NODE:
         return _node(Launch("node", argv, _protected=guarded, _writable=wrote), exe, interpreter, cwd)
+    if (why := unrunnable(argv[0], env, cwd)) is not None:  # run as it is: the system must run it
+        return Launch("executable", argv, problem=why)
     launch = Launch("executable", argv, _protected=guarded)
     if (shown := launch.show(exe.resolve(), f"bin/{exe.name}")) is not None:
         launch.argv[0] = shown
     return launch
-
-
-_PROVIDED_BY = {
-    **dict.fromkeys(("npx", "npm", "node", "nodejs"), "Node.js (it provides node, npm and npx)"),
-    **dict.fromkeys(("uvx", "uv"), "uv (it provides uvx: pip install uv, or see docs.astral.sh/uv)"),
-    "docker": "Docker",
-}
-
-
-def not_found(command: str) -> str:
-    """Why a launch command cannot start: its executable is missing (and what provides it)."""
-    provider = _PROVIDED_BY.get(Path(command).name)
-    fix = f"install {provider}, or give its full path" if provider else "install it, or give its full path"
-    return f"{command!r} was not found on the server's PATH: {fix} in the server's command"
-
-
-def found(command: str, env: Mapping[str, str], cwd: Path) -> bool:
-    """Whether a launch command's executable exists (on the server's PATH, or at its path)."""
-    return _which(command, env, cwd) is not None
-
-
-def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
-    if os.sep in command:
-        p = Path(command) if os.path.isabs(command) else cwd / command
-        return p if p.is_file() else None
-    found = shutil.which(command, path=env.get("PATH", os.environ.get("PATH")))
-    return Path(found) if found else None
 
 
 def _interpreter_of(exe: Path) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,7 +123,7 @@ def shielded(
 
 
 async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
-    from tether.mcp._stdio import opened, spawn
+    from tether.mcp._stdio import opened
 
     assert source.command is not None
     env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
@@ -157,10 +157,13 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
             raise ConfigError(plan.problem)
         env = plan.env if plan.env is not None else env
     if source.sandbox_plan is None or source.sandbox_plan.confinement is None:  # run as it is
-        from tether.mcp._launchers import found, not_found
+        from tether.mcp._runnable import found, not_found, unrunnable
 
-        if not found(argv[0], env, Path(source.cwd or ".").resolve()):
+        here = Path(source.cwd or ".").resolve()
+        if not found(argv[0], env, here):
             raise ConfigError(not_found(argv[0]))
+        if (why := unrunnable(argv[0], env, here)) is not None:
+            raise ConfigError(why)
     errlog = None
     if source.stderr_factory is not None:
         source.stderr = source.stderr_factory()
@@ -171,11 +174,32 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
     if chosen is not None and chosen.proxy:
         process = await _spawn_with_proxy(source, stack, chosen.proxy, argv, env, errlog)
     else:
-        process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options, data=data)
+        process = await _spawned(argv, env, source.cwd, errlog, options, data)
     if source.stderr is not None:
         source.stderr.spawned()
     source._process = process
     return await stack.enter_async_context(opened(process, max_message(source), flooding(source)))
+
+
+async def _spawned(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    errlog: Any,
+    options: Sequence[str],
+    data: Sequence[bytes],
+) -> Any:
+    """The server's process; a launch the system refused (its file, its ``cwd``) is a
+    ``ConfigError`` saying what to change, not the system's bare words."""
+    from tether.mcp._runnable import cannot_run
+    from tether.mcp._stdio import spawn
+
+    try:
+        return await spawn(argv, env=env, cwd=cwd, stderr=errlog, options=options, data=data)
+    except OSError as err:
+        if (why := cannot_run(argv[0], err, env, cwd)) is None:
+            raise
+        raise ConfigError(why) from None
 
 
 def flooding(source: McpServerSource) -> Callable[[str], None]:

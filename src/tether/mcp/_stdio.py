@@ -31,7 +31,7 @@ from tether.mcp._flood import NotificationGate
 from tether.mcp._framing import FLOAT_ID, Framer, whole, whole_id
 from tether.mcp._reaper import HOST_MARK, watching
 
-__all__ = ["MARK", "MAX_BATCH", "opened", "spawn", "stop", "too_large"]
+__all__ = ["MARK", "MAX_BATCH", "NOT_JSON_RPC", "opened", "spawn", "stop", "too_large"]
 
 # Each launch's mark in its environment (inherited by what it starts): how ``stop`` finds the
 # processes a server left behind outside its process group (a daemon in a session of its own).
@@ -40,6 +40,7 @@ _MARKS: weakref.WeakKeyDictionary[anyio.abc.Process, bytes] = weakref.WeakKeyDic
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
+NOT_JSON_RPC = "the server's answer is not valid JSON-RPC"
 MAX_BATCH = 256  # messages of one JSON-RPC batch read one by one (a longer one is refused whole)
 _KEPT = 4096  # the first and last bytes of an over-long line kept (where its id shows)
 _ID = rb'(-?\d+|"(?:[^"\\]|\\.){0,200}")'  # an id as JSON writes it
@@ -155,7 +156,7 @@ def _parse(line: bytes) -> Any:
                 return SessionMessage(types.jsonrpc_message_adapter.validate_python(mended, by_name=False))
         errors = err.errors() if isinstance(err, ValidationError) else []
         why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
-        return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err, line)
+        return _refused(line[:4096], f"{NOT_JSON_RPC} ({why})", err, line)
 
 
 def _whole_id(line: bytes) -> Any:
@@ -248,8 +249,10 @@ def _too_long(head: bytes, tail: bytes, size: int, limit: int) -> Any:
 def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"", tail: bytes = b"") -> Any:
     """An error for the request an invalid answer answers, if its id shows (``otherwise``: not an
     answer, or no id). A whole line is read as JSON where it parses: a ``"method"`` anywhere in
-    an answer's result does not make it a request; of a line that does not, or a message cut,
-    the id is its top-level one (``_answered_id``)."""
+    an answer's result does not make it a request, and an object naming no ``jsonrpc``,
+    ``result`` or ``error`` object is no answer (a structured logger's line on stdout, pino's
+    ``{"level": 30, "msg": …, "id": 2}``: it failed the request of that id, or the start); of a
+    line that does not, or a message cut, the id is its top-level one (``_answered_id``)."""
     import mcp_types as types
     from mcp.shared.message import SessionMessage
 
@@ -259,7 +262,8 @@ def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"", ta
     except (ValueError, RecursionError):
         message = None
     if isinstance(message, dict):
-        if "method" not in message and isinstance(message.get("id"), (int, str)):
+        answering = "jsonrpc" in message or "result" in message or isinstance(message.get("error"), dict)
+        if answering and "method" not in message and isinstance(message.get("id"), (int, str)):
             request_id = message["id"]
     else:
         request_id = _answered_id(head, tail or line[-_KEPT:])
