@@ -18,6 +18,13 @@ from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
 
 INIT_HINT = "create it once with: tether db init --db URL"
+# The stores every deployment has, by backend: ``tether db init`` and each worker's start migrate
+# them. ``db check`` counts their migrations pending even where none is recorded yet (an init
+# killed before it reached them); memory's and the console's stores only once they are there.
+DEPLOYMENT_CONCERNS = {
+    "sqlite": ("approvals", "pins", "pauses", "intake"),
+    "postgresql": ("traces", "approvals", "pins", "pauses", "workers", "intake"),
+}
 
 
 class DeploymentUnavailable(StoreUnavailable):
@@ -158,7 +165,8 @@ def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
         if conn is not None:
             conn.close()
     refuse_later(t.describe(), names, [None])
-    concerns = sorted({n.split(".", 1)[0] for n in names} & set(MIGRATIONS))
+    there = {n.split(".", 1)[0] for n in names} | set(DEPLOYMENT_CONCERNS[t.backend])
+    concerns = sorted(there & set(MIGRATIONS))
     pending = [n for c in concerns for n, _ in MIGRATIONS[c] if n not in names]
     known = {n for steps in MIGRATIONS.values() for n, _ in steps}
     return {"target": t.describe(), "pending": pending, "later": sorted(set(names) - known)}

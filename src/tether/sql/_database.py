@@ -36,7 +36,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 from tether.errors import ConfigError
 from tether.sql._journal import check_own_marks, refuse_later
 from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable, ensure_schema, refused
-from tether.sql._sqlite import held, setup
+from tether.sql._sqlite import held, read_only, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
@@ -194,7 +194,7 @@ class Database:
             # Held: as any store operation's (``busy``, the file named, ask again).
             if isinstance(err, sqlite3.OperationalError) and held(err):
                 raise db._named(err) from None
-            raise ConfigError(_unopened(file, err)) from err
+            raise (read_only(file, err) or ConfigError(_unopened(file, err))) from err
         finally:
             raw.close()
         return db
@@ -411,6 +411,8 @@ class Database:
         orig = _unwrapped(err) if isinstance(err, StatementError) else err
         if self.path is None or str(self.path) in str(orig) or not isinstance(orig, sqlite3.OperationalError):
             return orig
+        if (no := read_only(self.path, orig)) is not None:  # a read-only mount: no retry changes it
+            return no
         if held(orig):
             said = (
                 f"database is locked: {self.path} (another connection held its write lock past the"

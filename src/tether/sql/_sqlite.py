@@ -3,8 +3,11 @@ opened by the driver alone (``connect``: for ``tether submit``, which writes a r
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
+
+from tether.sql._postgres import StoreRefused
 
 
 def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:
@@ -35,5 +38,47 @@ def connect(
     """A connection to the existing SQLite file at ``path`` (``sqlite3.OperationalError`` if there
     is none: nothing is created), set up by ``setup``."""
     conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s)
-    setup(conn, synchronous)
+    try:
+        setup(conn, synchronous)  # the first statement: where SQLite opens the file and its -shm
+    except sqlite3.OperationalError as err:
+        conn.close()
+        raise (read_only(path, err) or err) from None
     return conn
+
+
+# SQLite's result codes for a file it may not write or open: SQLITE_READONLY, SQLITE_CANTOPEN.
+_UNWRITABLE = (8, 14)
+
+
+def read_only(path: str | Path, err: BaseException) -> StoreRefused | None:
+    """``StoreRefused`` (``store_read_only``) naming ``path`` when SQLite could not open or write
+    it (``err``) because the disk takes no writes there (a read-only mount or file system, a
+    folder or file this process may not write): a store in write-ahead-log mode needs its
+    ``-wal`` and ``-shm`` files beside it even to be read. ``None`` for any other failure."""
+    orig = getattr(err, "orig", None) or err
+    code = getattr(orig, "sqlite_errorcode", None)
+    if (
+        not isinstance(orig, sqlite3.OperationalError)
+        or not isinstance(code, int)
+        or code & 0xFF not in _UNWRITABLE
+    ):
+        return None
+    file = Path(path)
+    try:
+        mount_ro = bool(os.statvfs(file.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    if mount_ro:
+        why = "is on a read-only file system"
+    elif not os.access(file.parent, os.W_OK):
+        why = "is in a folder this process may not write"
+    elif file.exists() and not os.access(file, os.W_OK):
+        why = "may not be written by this process"
+    else:
+        return None
+    return StoreRefused(
+        "store_read_only",
+        f"{path}: the SQLite store file {why} ({orig}): a store in write-ahead-log mode needs its -wal"
+        " and -shm files beside it, even to be read; nothing was written. Mount the folder"
+        " read-write (or, to read a copy, copy the folder where this process may write)",
+    )
