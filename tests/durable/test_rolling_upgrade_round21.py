@@ -1,0 +1,255 @@
+"""An operator's rolling upgrade, twenty-first round: a migration killed (-9) half-way, the
+operator's ``tether db check`` after it, and a SQLite deployment on a read-only mount.
+
+What did not hold, fixed here and pinned below:
+
+- ``tether db check`` after a ``tether db init`` (or a worker's start) killed between two stores'
+  migrations said "ready" with nothing ``pending``: it counted only the stores that had a migration
+  recorded, so the stores the killed init never reached (PostgreSQL: the pins', pauses', workers'
+  and intake's tables; SQLite: their files) were said to be there. It counts every store a
+  deployment has (``DEPLOYMENT_CONCERNS``: what ``db init`` and a worker's start migrate) and lists
+  what they lack; memory's and the console's stores only once they are there.
+- a SQLite deployment on a read-only mount (a backup mounted to look at, a volume mounted ``ro``
+  by mistake after the upgrade): ``tether db check``, ``runs list`` and ``submit`` ended
+  "unexpected error: OperationalError: unable to open database file … report it" (exit 7); the
+  worker and ``approvals list`` said the file "cannot be opened as a SQLite database", no word
+  of why. A store in write-ahead-log mode needs its ``-wal`` and ``-shm`` files beside it even to
+  be read: every open says so now, ``store_read_only`` (exit 1), as PostgreSQL's read replica,
+  the file named, nothing written.
+
+Played and held (pinned): the upgrade's migration (``approvals.003_ledger_tenant``, over the
+release before it, ``UPGRADE_FROM`` as round 19) killed -9 inside its transaction leaves nothing of
+it on SQLite and on PostgreSQL (no column, no journal row), and the next ``db init`` applies all
+of it once.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_rolling_upgrade import _write_version
+from test_rolling_upgrade_round6 import NEW_SRC, _env, old_tree
+from test_rolling_upgrade_round19 import OLD_COMMITS
+
+pytestmark = pytest.mark.slow
+
+# Today's ``db init``, with one named migration's step made to stop for good once its DDL ran
+# (inside the migration's transaction): the process is killed (-9) there.
+HALF_WAY = """
+import sys, time
+from tether.sql import _database
+
+url, name = sys.argv[1], sys.argv[2]
+
+def stopped(step):
+    def run(conn):
+        step(conn)
+        print("half-way", flush=True)
+        time.sleep(600)
+    return run
+
+for concern, steps in list(_database.MIGRATIONS.items()):
+    _database.MIGRATIONS[concern] = tuple((n, stopped(s) if n == name else s) for n, s in steps)
+from tether.durable._deploy import init_deployment
+init_deployment(url)
+"""
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
+    return old_tree(str(request.param), tmp_path_factory)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'deployment'}"
+    else:
+        yield str(request.getfixturevalue("pg_url"))
+
+
+def _cli(src: Path, folder: Path, *argv: str) -> tuple[int, dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli", *argv, "--json"],
+        env=_env(src), capture_output=True, cwd=folder, timeout=180,
+    )  # fmt: skip
+    lines = done.stdout.decode().strip().splitlines()
+    return done.returncode, (json.loads(lines[-1]) if lines else {}), done.stderr.decode()
+
+
+def _kill_half_way(url: str, name: str, folder: Path) -> None:
+    """Today's ``db init`` at ``url``, killed (-9) inside migration ``name``'s transaction."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HALF_WAY, url, name],
+        env=_env(NEW_SRC), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=folder,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != b"half-way":
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=30)[1].decode()[-3000:])
+    proc.kill()
+    proc.wait(30)
+
+
+def _journal(url: str) -> list[str]:
+    """Every migration recorded at ``url`` (each SQLite store file's, or the schema's)."""
+    if url.startswith("sqlite"):
+        names: list[str] = []
+        for db in sorted(Path(url[len("sqlite:///") :]).glob("*.db")):
+            conn = sqlite3.connect(db)
+            try:
+                names += [r[0] for r in conn.execute("SELECT name FROM _migrations").fetchall()]
+            except sqlite3.OperationalError:
+                pass
+            finally:
+                conn.close()
+        return sorted(names)
+    return sorted(r[0] for r in _pg(url, "SELECT name FROM _migrations"))
+
+
+def _pg(url: str, query: str, *args: Any) -> list[Any]:
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    pg = PgUrl.parse(url)
+    with psycopg.connect(pg.conninfo, autocommit=True, options=f"-c search_path={pg.schema}") as conn:
+        return list(conn.execute(query, args).fetchall())
+
+
+def _columns(url: str, table: str) -> set[str]:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(Path(url[len("sqlite:///") :]) / "approvals.db") as conn:
+            return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+    query = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
+    return {r[0] for r in _pg(url, query, table)}
+
+
+def _check(url: str, folder: Path) -> list[str]:
+    code, out, err = _cli(NEW_SRC, folder, "db", "check", "--db", url)
+    assert code == 0 and out["ok"], (out, err[-2000:])
+    return list(out["pending"])
+
+
+def test_an_init_killed_between_stores_leaves_db_check_naming_what_is_missing(
+    url: str, tmp_path: Path
+) -> None:
+    """A fresh deployment's ``db init`` killed (-9) inside the pins' migration: nothing of the
+    pins' tables or journal is left; ``db check`` lists the pins' migration and those of every
+    store the init never reached as pending (it said nothing pending); the next ``db init``
+    applies them, each once, and ``db check`` then lists none."""
+    _kill_half_way(url, "pins.001_tables", tmp_path)
+    assert not any(n.startswith("pins.") for n in _journal(url))
+    pending = _check(url, tmp_path)
+    assert {"pins.001_tables", "pauses.001_tables", "intake.001_tables"} <= set(pending), pending
+    assert not any(n.startswith(("approvals.", "memory.", "users.")) for n in pending), pending
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
+    names = _journal(url)
+    assert len(names) == len(set(names)) and set(pending) <= set(names), (names, pending)
+    assert _check(url, tmp_path) == []
+
+
+def test_the_upgrades_migration_killed_half_way_leaves_nothing_of_it_and_is_applied_whole(
+    url: str, tmp_path: Path, old_src: Path
+) -> None:
+    """The release before's deployment; today's ``db init`` killed (-9) inside the upgrade's
+    migration (``approvals.003_ledger_tenant``, after its ``ALTER TABLE``): no column, no journal
+    row (SQLite and PostgreSQL both roll the DDL back); ``db check`` lists it pending; today's
+    next ``db init`` applies it once. Played and held."""
+    code, out, err = _cli(old_src, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
+    assert "tenant" not in _columns(url, "effect_ledger")
+    _kill_half_way(url, "approvals.003_ledger_tenant", tmp_path)
+    assert "tenant" not in _columns(url, "effect_ledger")
+    assert "approvals.003_ledger_tenant" not in _journal(url)
+    assert _check(url, tmp_path) == ["approvals.003_ledger_tenant"]
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
+    assert "tenant" in _columns(url, "effect_ledger")
+    assert _journal(url).count("approvals.003_ledger_tenant") == 1
+    assert _check(url, tmp_path) == []
+
+
+# -- a SQLite deployment on a read-only mount --------------------------------------------------------
+# ``unshare`` gives the command a mount namespace of its own (no root needed) in which the
+# deployment's folder is bind-mounted read-only at ``ro``: the files are real, the mount is.
+MOUNT_RO = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
+UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
+
+
+def _on_ro_mount(folder: Path, ro: Path, *argv: str) -> tuple[int, str, str]:
+    cmd = [
+        *UNSHARE,
+        "sh",
+        "-c",
+        MOUNT_RO,
+        "sh",
+        str(folder),
+        str(ro),
+        sys.executable,
+        "-m",
+        "tether.cli",
+        *argv,
+    ]
+    done = subprocess.run(cmd, env=_env(NEW_SRC), capture_output=True, cwd=ro.parent, timeout=180)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.fixture
+def ro_mountable(tmp_path: Path) -> Path:
+    """An empty folder to mount on, where this system lets a process mount read-only (skipped)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    probe = subprocess.run(
+        [*UNSHARE, "sh", "-c", MOUNT_RO, "sh", str(tmp_path), str(ro), "true"], capture_output=True
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"no read-only bind mount here: {probe.stderr.decode()[-300:]}")
+    return ro
+
+
+def test_a_sqlite_deployment_on_a_read_only_mount_is_refused_by_name_and_serves_read_write(
+    tmp_path: Path, ro_mountable: Path
+) -> None:
+    """The deployment's folder mounted read-only (its -wal and -shm gone with a clean stop):
+    the worker, ``db check``, ``runs list``, ``approvals list`` and ``submit`` each end
+    ``store_read_only`` (exit 1) naming a store file and the read-only file system, no traceback,
+    no "report it"; mounted read-write, the same commands work."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    folder, ro = tmp_path / "deployment", ro_mountable
+    agent = str(tmp_path / "agent" / "agent.yaml")
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", f"sqlite:///{folder}")
+    assert code == 0, (out, err[-2000:])
+    before = sorted(p.name for p in folder.iterdir())
+    commands = [
+        ("db", "check", "--db", f"sqlite:///{ro}", "--json"),
+        ("runs", "list", "--db", f"sqlite:///{ro}", "--json"),
+        ("approvals", "list", "--db", f"sqlite:///{ro}", "--json"),
+        ("submit", "--db", f"sqlite:///{ro}", "--agent", agent, "note it", "--json"),
+    ]
+    for argv in commands:
+        code, stdout, stderr = _on_ro_mount(folder, ro, *argv)
+        said = json.loads(stdout.strip().splitlines()[-1])
+        assert (code, said["error"]) == (1, "store_read_only"), (argv, stdout, stderr[-2000:])
+        assert "read-only file system" in said["message"] and str(ro) in said["message"], said
+        assert "report it" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+    worker = ("worker", "--db", f"sqlite:///{ro}", "--app", agent, "--executor-id", "ro-1")
+    code, stdout, stderr = _on_ro_mount(folder, ro, *worker)
+    assert code == 1 and "read-only file system" in stderr, (code, stdout, stderr[-2000:])
+    assert "report it" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert sorted(p.name for p in folder.iterdir()) == before
+    # The legitimate use: the same folder, read-write.
+    for argv in commands:
+        code, stdout, stderr = _cli(NEW_SRC, tmp_path, *(a.replace(str(ro), str(folder)) for a in argv[:-1]))
+        assert code == 0, (argv, stdout, stderr[-2000:])
