@@ -130,7 +130,10 @@ def _columns(url: str, table: str) -> set[str]:
     if url.startswith("sqlite"):
         with sqlite3.connect(Path(url[len("sqlite:///") :]) / "approvals.db") as conn:
             return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-    query = "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s"
+    query = (
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND table_name = %s"
+    )
     return {r[0] for r in _pg(url, query, table)}
 
 
