@@ -221,6 +221,35 @@ def ro_mountable(tmp_path: Path) -> Path:
     return ro
 
 
+# A process on the read-write side holding every store open: their -wal and -shm files stay there.
+HOLD_OPEN = """
+import glob, sqlite3, sys, time
+held = [sqlite3.connect(f) for f in glob.glob(sys.argv[1] + "/*.db") + glob.glob(sys.argv[1] + "/*.sqlite")]
+for conn in held:
+    conn.execute("SELECT 1 FROM sqlite_master").fetchall()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def _agent(tmp_path: Path, folder: Path) -> str:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", f"sqlite:///{folder}")
+    assert code == 0, (out, err[-2000:])
+    return str(tmp_path / "agent" / "agent.yaml")
+
+
+def _refused(folder: Path, ro: Path, *argv: str) -> None:
+    """``argv`` at the read-only mount ends ``store_read_only`` (exit 1) naming a file there."""
+    code, stdout, stderr = _on_ro_mount(folder, ro, *argv)
+    said = stdout.strip().splitlines()[-1] if "--json" in argv else stderr
+    if "--json" in argv:
+        assert json.loads(said)["error"] == "store_read_only", (argv, said)
+    assert code == 1 and "read-only file system" in said and str(ro) in said, (argv, code, stdout, stderr)
+    assert "report it" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+
+
 def test_a_sqlite_deployment_on_a_read_only_mount_is_refused_by_name_and_serves_read_write(
     tmp_path: Path, ro_mountable: Path
 ) -> None:
@@ -228,12 +257,8 @@ def test_a_sqlite_deployment_on_a_read_only_mount_is_refused_by_name_and_serves_
     the worker, ``db check``, ``runs list``, ``approvals list`` and ``submit`` each end
     ``store_read_only`` (exit 1) naming a store file and the read-only file system, no traceback,
     no "report it"; mounted read-write, the same commands work."""
-    (tmp_path / "agent").mkdir()
-    _write_version(tmp_path / "agent", "A")
     folder, ro = tmp_path / "deployment", ro_mountable
-    agent = str(tmp_path / "agent" / "agent.yaml")
-    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", f"sqlite:///{folder}")
-    assert code == 0, (out, err[-2000:])
+    agent = _agent(tmp_path, folder)
     before = sorted(p.name for p in folder.iterdir())
     commands = [
         ("db", "check", "--db", f"sqlite:///{ro}", "--json"),
@@ -242,17 +267,33 @@ def test_a_sqlite_deployment_on_a_read_only_mount_is_refused_by_name_and_serves_
         ("submit", "--db", f"sqlite:///{ro}", "--agent", agent, "note it", "--json"),
     ]
     for argv in commands:
-        code, stdout, stderr = _on_ro_mount(folder, ro, *argv)
-        said = json.loads(stdout.strip().splitlines()[-1])
-        assert (code, said["error"]) == (1, "store_read_only"), (argv, stdout, stderr[-2000:])
-        assert "read-only file system" in said["message"] and str(ro) in said["message"], said
-        assert "report it" not in stderr and "Traceback" not in stderr, stderr[-2000:]
-    worker = ("worker", "--db", f"sqlite:///{ro}", "--app", agent, "--executor-id", "ro-1")
-    code, stdout, stderr = _on_ro_mount(folder, ro, *worker)
-    assert code == 1 and "read-only file system" in stderr, (code, stdout, stderr[-2000:])
-    assert "report it" not in stderr and "Traceback" not in stderr, stderr[-2000:]
+        _refused(folder, ro, *argv)
+    _refused(folder, ro, "worker", "--db", f"sqlite:///{ro}", "--app", agent, "--executor-id", "ro-1")
     assert sorted(p.name for p in folder.iterdir()) == before
     # The legitimate use: the same folder, read-write.
     for argv in commands:
         code, stdout, stderr = _cli(NEW_SRC, tmp_path, *(a.replace(str(ro), str(folder)) for a in argv[:-1]))
         assert code == 0, (argv, stdout, stderr[-2000:])
+
+
+def test_a_read_only_mount_of_stores_held_open_elsewhere_reads_and_refuses_writes_by_name(
+    tmp_path: Path, ro_mountable: Path
+) -> None:
+    """The folder mounted read-only while a process on the read-write side holds every store
+    open (their -wal and -shm there: a second container on the volume): ``db check``, ``runs
+    list`` and ``approvals list`` read it; ``submit`` (an intake row) and a worker (its lock
+    file) end ``store_read_only`` (exit 1) naming the file, where they ended "report it"."""
+    folder, ro = tmp_path / "deployment", ro_mountable
+    agent = _agent(tmp_path, folder)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, str(folder)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        for argv in (("db", "check"), ("runs", "list"), ("approvals", "list")):
+            code, stdout, stderr = _on_ro_mount(folder, ro, *argv, "--db", f"sqlite:///{ro}", "--json")
+            assert code == 0 and json.loads(stdout.strip().splitlines()[-1])["ok"], (argv, stdout, stderr)
+        _refused(folder, ro, "submit", "--db", f"sqlite:///{ro}", "--agent", agent, "note it", "--json")
+        _refused(folder, ro, "worker", "--db", f"sqlite:///{ro}", "--app", agent, "--executor-id", "ro-2")
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert not (folder / "workers").exists()
