@@ -16,6 +16,11 @@ What did not hold, fixed here and pinned below:
   of why. A store in write-ahead-log mode needs its ``-wal`` and ``-shm`` files beside it even to
   be read: every open says so now, ``store_read_only`` (exit 1), as PostgreSQL's read replica,
   the file named, nothing written.
+- ``tether submit`` on a URL whose server takes no writes (a read replica, a role set
+  ``default_transaction_read_only``) or whose role may not insert into the intake ended
+  "unexpected error: ReadOnlySqlTransaction … report it" (exit 7), where round 19 had made the
+  worker and ``approvals approve`` say so: it writes on its own driver connection, which now
+  refuses as the stores do (``store_read_only`` / ``store_forbidden``, exit 1), nothing written.
 
 Played and held (pinned): the upgrade's migration (``approvals.003_ledger_tenant``, over the
 release before it, ``UPGRADE_FROM`` as round 19) killed -9 inside its transaction leaves nothing of
@@ -36,7 +41,8 @@ from typing import Any
 import pytest
 from test_rolling_upgrade import _write_version
 from test_rolling_upgrade_round6 import NEW_SRC, _env, old_tree
-from test_rolling_upgrade_round19 import OLD_COMMITS
+from test_rolling_upgrade_round19 import OLD_COMMITS, _as_role, _grant_rows
+from test_rolling_upgrade_round19 import replica_role, rows_role  # noqa: F401 - the fixtures, shared
 
 pytestmark = pytest.mark.slow
 
@@ -297,3 +303,36 @@ def test_a_read_only_mount_of_stores_held_open_elsewhere_reads_and_refuses_write
         holder.kill()
         holder.wait(30)
     assert not (folder / "workers").exists()
+
+
+def test_submit_on_a_read_replica_or_a_role_without_insert_says_so_and_writes_nothing(
+    pg_url: str, replica_role: str, rows_role: str, tmp_path: Path
+) -> None:
+    """``tether submit`` on a read replica's URL (a role whose sessions are read-only) and with a
+    role that may not insert into the intake: ``store_read_only`` / ``store_forbidden`` (exit 1)
+    naming the fix, nothing in the intake; on the primary with the owner, the run is queued."""
+    import psycopg
+
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    agent = str(tmp_path / "agent" / "agent.yaml")
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", pg_url)
+    assert code == 0, (out, err[-2000:])
+    for role in (replica_role, rows_role):
+        _grant_rows(pg_url, role)
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(pg_url.split("?")[0], autocommit=True) as conn:
+        conn.execute(f"REVOKE INSERT ON {schema}.tether_intake FROM {rows_role}")
+    for role, reason, fix in (
+        (replica_role, "store_read_only", "primary"),
+        (rows_role, "store_forbidden", "grant"),
+    ):
+        code, out, err = _cli(
+            NEW_SRC, tmp_path, "submit", "--db", _as_role(pg_url, role), "--agent", agent, "note it"
+        )
+        assert (code, out.get("error")) == (1, reason), (role, out, err[-2000:])
+        assert fix in out["message"] and "report it" not in err and "Traceback" not in err, (out, err)
+    assert _pg(pg_url, "SELECT count(*) FROM tether_intake") == [(0,)]
+    code, out, err = _cli(NEW_SRC, tmp_path, "submit", "--db", pg_url, "--agent", agent, "note it")
+    assert code == 0 and out["run_id"], (out, err[-2000:])
+    assert _pg(pg_url, "SELECT count(*) FROM tether_intake") == [(1,)]

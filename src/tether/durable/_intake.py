@@ -229,6 +229,10 @@ class Submitter:
                     cur.executemany(statement, values)
             except psycopg.errors.UndefinedTable:
                 raise IntakeMissing("tether_intake") from None
+            except psycopg.Error as err:  # a read replica's or a role's refusal says so, typed
+                from tether.sql._postgres import refused
+
+                raise (refused(self._where, err) or err) from None
             return
         import sqlite3
 
