@@ -41,8 +41,7 @@ from typing import Any
 import pytest
 from test_rolling_upgrade import _write_version
 from test_rolling_upgrade_round6 import NEW_SRC, _env, old_tree
-from test_rolling_upgrade_round19 import OLD_COMMITS, _as_role, _grant_rows
-from test_rolling_upgrade_round19 import replica_role, rows_role  # noqa: F401 - the fixtures, shared
+from test_rolling_upgrade_round19 import OLD_COMMITS, _as_role, _grant_rows, _role
 
 pytestmark = pytest.mark.slow
 
@@ -303,6 +302,18 @@ def test_a_read_only_mount_of_stores_held_open_elsewhere_reads_and_refuses_write
         holder.kill()
         holder.wait(30)
     assert not (folder / "workers").exists()
+
+
+@pytest.fixture
+def replica_role(pg_dsn: str) -> Iterator[str]:
+    """A role whose every session is read-only, as on a read replica (a hot standby)."""
+    yield from _role(pg_dsn, "default_transaction_read_only = on")
+
+
+@pytest.fixture
+def rows_role(pg_dsn: str) -> Iterator[str]:
+    """A role that may log in and nothing else until granted rows."""
+    yield from _role(pg_dsn)
 
 
 def test_submit_on_a_read_replica_or_a_role_without_insert_says_so_and_writes_nothing(
