@@ -22,7 +22,11 @@ What did not hold, fixed here and pinned below:
   worker and ``approvals approve`` say so: it writes on its own driver connection, which now
   refuses as the stores do (``store_read_only`` / ``store_forbidden``, exit 1), nothing written.
 
-Played and held (pinned): the upgrade's migration (``approvals.003_ledger_tenant``, over the
+Played and held (pinned): on PostgreSQL, a run paused under the release before is approved with
+today's CLI (which applies the expand-only migration under the older worker) and the older
+worker finishes it; another paused under the older worker is approved with the older CLI after
+the upgrade (the older worker drained, today's started), and today's worker finishes it, every
+effect once; the upgrade's migration (``approvals.003_ledger_tenant``, over the
 release before it, ``UPGRADE_FROM`` as round 19) killed -9 inside its transaction leaves nothing of
 it on SQLite and on PostgreSQL (no column, no journal row), and the next ``db init`` applies all
 of it once.
@@ -31,6 +35,7 @@ of it once.
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -40,7 +45,7 @@ from typing import Any
 
 import pytest
 from test_rolling_upgrade import _write_version
-from test_rolling_upgrade_round6 import NEW_SRC, _env, old_tree
+from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _env, _every_run_once, old_tree
 from test_rolling_upgrade_round19 import OLD_COMMITS, _as_role, _grant_rows, _role
 
 pytestmark = pytest.mark.slow
@@ -347,3 +352,40 @@ def test_submit_on_a_read_replica_or_a_role_without_insert_says_so_and_writes_no
     code, out, err = _cli(NEW_SRC, tmp_path, "submit", "--db", pg_url, "--agent", agent, "note it")
     assert code == 0 and out["run_id"], (out, err[-2000:])
     assert _pg(pg_url, "SELECT count(*) FROM tether_intake") == [(1,)]
+
+
+@pytest.fixture
+def pg_mixed(pg_url: str, tmp_path: Path, capsys: Any, old_src: Path) -> Iterator[Mixed]:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Mixed(pg_url, tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", pg_url)  # the deployment as the release before set it up
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def test_approvals_across_the_upgrade_from_either_cli_resume_each_run_once(pg_mixed: Mixed) -> None:
+    """PostgreSQL, the release before's schema and worker: a paused run approved with today's
+    CLI (it applies ``approvals.003_ledger_tenant`` under the older worker) is finished by the
+    older worker; a run paused under the older worker, approved with the older CLI once the
+    older worker is drained and today's serves, is finished by today's; every effect once.
+    Played and held."""
+    op = pg_mixed
+    op.start_on("old", op.old)
+    r1 = op.old_submit()
+    op.until("the run to pause", lambda: op.status(r1) == ["paused"])
+    op.approve(r1)  # today's CLI
+    assert "approvals.003_ledger_tenant" in _journal(op.url)
+    op.until("the older worker to finish it", lambda: op.status(r1) == ["finished"])
+    r2 = op.old_submit()
+    op.until("the second run to pause", lambda: op.status(r2) == ["paused"])
+    assert op.signal("old", signal.SIGTERM) == 0
+    op.start_on("new", NEW_SRC)
+    op.old_approve(r2)  # the older CLI, after the upgrade
+    op.until("today's worker to finish it", lambda: op.status(r2) == ["finished"])
+    _every_run_once(op, [r1, r2])
+    for log in ("old.log", "new.log"):
+        assert "Traceback" not in (op.folder / log).read_text(), log
+    assert op.signal("new", signal.SIGTERM) == 0
