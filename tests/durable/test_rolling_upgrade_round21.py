@@ -9,6 +9,11 @@ What did not hold, fixed here and pinned below:
   and intake's tables; SQLite: their files) were said to be there. It counts every store a
   deployment has (``DEPLOYMENT_CONCERNS``: what ``db init`` and a worker's start migrate) and lists
   what they lack; memory's and the console's stores only once they are there.
+- on SQLite, an init killed before DBOS made its tables (``dbos.sqlite`` there, empty) was taken
+  for a deployment: ``db check`` said ready, ``runs list`` and ``submit`` ended "unexpected error:
+  OperationalError: no such table: main.workflow_status … report it" (exit 7). It is probed for
+  DBOS's table of workflows, as PostgreSQL's schema is: ``not_initialized`` (exit 1) naming the
+  cut-short init and ``tether db init`` as the fix.
 - a SQLite deployment on a read-only mount (a backup mounted to look at, a volume mounted ``ro``
   by mistake after the upgrade): ``tether db check``, ``runs list`` and ``submit`` ended
   "unexpected error: OperationalError: unable to open database file … report it" (exit 7); the
@@ -389,3 +394,33 @@ def test_approvals_across_the_upgrade_from_either_cli_resume_each_run_once(pg_mi
     for log in ("old.log", "new.log"):
         assert "Traceback" not in (op.folder / log).read_text(), log
     assert op.signal("new", signal.SIGTERM) == 0
+
+
+def test_a_sqlite_init_killed_before_dbos_made_its_tables_is_not_taken_for_a_deployment(
+    tmp_path: Path,
+) -> None:
+    """A SQLite deployment's folder as a ``db init`` killed (-9) inside DBOS's migration leaves it:
+    ``dbos.sqlite`` made, empty. ``db check``, ``runs list`` and ``submit`` end
+    ``not_initialized`` (exit 1) naming ``tether db init``; they said ready, or "report it"
+    (exit 7). The next ``db init`` makes the deployment, and the same commands work."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    folder = tmp_path / "deployment"
+    folder.mkdir()
+    (folder / "dbos.sqlite").touch()
+    url = f"sqlite:///{folder}"
+    commands = [
+        ("db", "check", "--db", url),
+        ("runs", "list", "--db", url),
+        ("submit", "--db", url, "--agent", str(tmp_path / "agent" / "agent.yaml"), "note it"),
+    ]
+    for argv in commands:
+        code, out, err = _cli(NEW_SRC, tmp_path, *argv)
+        assert (code, out.get("error")) == (1, "not_initialized"), (argv, out, err[-2000:])
+        assert "tether db init" in out["message"] and "Traceback" not in err, (out, err[-2000:])
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
+    for argv in commands:
+        code, out, err = _cli(NEW_SRC, tmp_path, *argv)
+        assert code == 0 and out["ok"], (argv, out, err[-2000:])
+    assert _check(url, tmp_path) == []

@@ -139,6 +139,12 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
             raise DeploymentUnavailable(
                 "not_initialized", f"{t.describe()}: no deployment there ({INIT_HINT})"
             )
+        if initialized and not _has_dbos_tables(t.path / "dbos.sqlite"):
+            raise DeploymentUnavailable(
+                "not_initialized",
+                f"{t.describe()}: dbos.sqlite holds no DBOS tables (a tether db init or a worker's"
+                f" start cut short before DBOS made them; {INIT_HINT})",
+            )
         return t, None
     conn = _probe(t, f"{t.dbos_schema}.workflow_status" if initialized else None, timeout_s)
     if conn is None:
@@ -147,6 +153,16 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
             f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
         )
     return t, conn
+
+
+def _has_dbos_tables(file: Path) -> bool:
+    """Whether the SQLite file holds DBOS's table of workflows (PostgreSQL's is probed likewise):
+    a file an init killed early may be there without it. Reads only."""
+    from tether.sql._sqlite import connect
+
+    with closing(connect(file, busy_timeout_s=5)) as db:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workflow_status'"
+        return db.execute(query).fetchone() is not None
 
 
 def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
