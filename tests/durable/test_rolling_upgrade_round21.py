@@ -21,6 +21,11 @@ What did not hold, fixed here and pinned below:
   of why. A store in write-ahead-log mode needs its ``-wal`` and ``-shm`` files beside it even to
   be read: every open says so now, ``store_read_only`` (exit 1), as PostgreSQL's read replica,
   the file named, nothing written.
+- a worker serving an agent file on a read-only mount (its folder a ConfigMap, a read-only image
+  layer), whose trace folder is beside it by default, started "ready", took each run and failed it
+  (``OSError: Read-only file system: …/traces``, the run ``failed`` for good). The worker refuses
+  to start (``bad_app``, exit 1) naming the trace folder and ``trace.dir`` as the fix; the runs
+  wait in the queue for a worker that can write.
 - ``tether submit`` on a URL whose server takes no writes (a read replica, a role set
   ``default_transaction_read_only``) or whose role may not insert into the intake ended
   "unexpected error: ReadOnlySqlTransaction … report it" (exit 7), where round 19 had made the
@@ -49,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import _write_version
+from test_rolling_upgrade import Operator, _write_version
 from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _env, _every_run_once, old_tree
 from test_rolling_upgrade_round19 import OLD_COMMITS, _as_role, _grant_rows, _role
 
@@ -424,3 +429,30 @@ def test_a_sqlite_init_killed_before_dbos_made_its_tables_is_not_taken_for_a_dep
         code, out, err = _cli(NEW_SRC, tmp_path, *argv)
         assert code == 0 and out["ok"], (argv, out, err[-2000:])
     assert _check(url, tmp_path) == []
+
+
+def test_a_worker_whose_agents_trace_folder_is_on_a_read_only_mount_refuses_to_start(
+    tmp_path: Path, ro_mountable: Path, capsys: Any
+) -> None:
+    """The agent file's folder mounted read-only (its trace folder beside it by default): the
+    worker refuses to start (``bad_app``, exit 1) naming the trace folder, no traceback; it took
+    each run and failed it. The same agent file on a read-write folder serves a run once."""
+    op = Operator(f"sqlite:///{tmp_path / 'deployment'}", tmp_path, capsys)
+    agent = Path(_agent(tmp_path, tmp_path / "deployment"))
+    ro = ro_mountable
+    code, stdout, stderr = _on_ro_mount(
+        agent.parent, ro, "worker", "--db", op.url, "--app", str(ro / "agent.yaml"), "--json"
+    )
+    said = json.loads(stdout.strip().splitlines()[-1])
+    assert (code, said["error"]) == (1, "bad_app"), (stdout, stderr[-2000:])
+    assert str(ro / "traces") in said["message"] and "read-only file system" in said["message"], said
+    assert "Traceback" not in stderr and not (agent.parent / "traces").exists()
+    try:
+        op.start("new")
+        run_id = op.submit()
+        op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+        op.approve(run_id)
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        _every_run_once(op, [run_id])
+    finally:
+        op.stop()
