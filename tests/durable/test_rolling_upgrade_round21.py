@@ -210,7 +210,7 @@ MOUNT_RO = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 &
 UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
 
 
-def _on_ro_mount(folder: Path, ro: Path, *argv: str) -> tuple[int, str, str]:
+def _on_ro_mount(folder: Path, ro: Path, *argv: str, timeout: float = 180) -> tuple[int, str, str]:
     cmd = [
         *UNSHARE,
         "sh",
@@ -224,7 +224,7 @@ def _on_ro_mount(folder: Path, ro: Path, *argv: str) -> tuple[int, str, str]:
         "tether.cli",
         *argv,
     ]
-    done = subprocess.run(cmd, env=_env(NEW_SRC), capture_output=True, cwd=ro.parent, timeout=180)
+    done = subprocess.run(cmd, env=_env(NEW_SRC), capture_output=True, cwd=ro.parent, timeout=timeout)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -441,8 +441,8 @@ def test_a_worker_whose_agents_trace_folder_is_on_a_read_only_mount_refuses_to_s
     agent = Path(_agent(tmp_path, tmp_path / "deployment"))
     ro = ro_mountable
     code, stdout, stderr = _on_ro_mount(
-        agent.parent, ro, "worker", "--db", op.url, "--app", str(ro / "agent.yaml"), "--json"
-    )
+        agent.parent, ro, "worker", "--db", op.url, "--app", str(ro / "agent.yaml"), "--json", timeout=90
+    )  # a worker that starts serves until stopped: the timeout says it did
     said = json.loads(stdout.strip().splitlines()[-1])
     assert (code, said["error"]) == (1, "bad_app"), (stdout, stderr[-2000:])
     assert str(ro / "traces") in said["message"] and "read-only file system" in said["message"], said
