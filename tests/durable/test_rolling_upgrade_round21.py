@@ -26,6 +26,10 @@ What did not hold, fixed here and pinned below:
   (``OSError: Read-only file system: …/traces``, the run ``failed`` for good). The worker refuses
   to start (``bad_app``, exit 1) naming the trace folder and ``trace.dir`` as the fix; the runs
   wait in the queue for a worker that can write.
+- two migrators at once with an older worker inside a transaction on the table the migration
+  alters: the one that waited for the migration lock gave up naming its holder "active" with the
+  words of a migrator "stopped mid-migration (suspended, frozen, in a debugger)"; the holder was
+  itself waiting. It names whom the holder waits for (the session "idle in transaction").
 - ``tether submit`` on a URL whose server takes no writes (a read replica, a role set
   ``default_transaction_read_only``) or whose role may not insert into the intake ended
   "unexpected error: ReadOnlySqlTransaction … report it" (exit 7), where round 19 had made the
@@ -456,3 +460,54 @@ def test_a_worker_whose_agents_trace_folder_is_on_a_read_only_mount_refuses_to_s
         _every_run_once(op, [run_id])
     finally:
         op.stop()
+
+
+@pytest.fixture
+def own_database(pg_dsn: str) -> Iterator[str]:
+    """A URL on a database of its own (the migration lock is one per database: holding it here
+    holds up no other test), dropped after the test."""
+    import uuid
+
+    import psycopg
+
+    name = f"u21_{uuid.uuid4().hex[:10]}"
+    base, _, query = pg_dsn.partition("?")
+    yield f"{base.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_a_migrator_waiting_behind_another_that_waits_for_a_table_names_both(
+    own_database: str, tmp_path: Path
+) -> None:
+    """An older worker's session inside a transaction on ``effect_ledger``; a migrator holding
+    the migration lock waits for that table; a third ``db init`` gives up on the migration lock
+    (``store_busy``, exit 6) naming the holder and the idle session it waits for, nothing written."""
+    import threading
+
+    import psycopg
+
+    url = own_database
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
+    conninfo = url.split("?")[0]
+    idle = psycopg.connect(conninfo, application_name="older-worker")
+    idle.execute("SELECT count(*) FROM effect_ledger").fetchall()  # inside a transaction, held
+    migrator = psycopg.connect(conninfo, application_name="other-migrator")
+    migrator.execute("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))")
+    waiting = threading.Thread(
+        target=lambda: migrator.execute("LOCK TABLE effect_ledger IN ACCESS EXCLUSIVE MODE"), daemon=True
+    )
+    waiting.start()
+    try:
+        code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+        assert (code, out.get("error")) == (6, "store_busy"), (out, err[-2000:])
+        said = out["message"]
+        assert "other-migrator" in said and "older-worker" in said and "idle in transaction" in said, said
+        assert "nothing was written" in said and "Traceback" not in err, (said, err[-2000:])
+    finally:
+        idle.close()  # the table is let go: the waiting migrator takes it, then lets go
+        waiting.join(30)
+        migrator.close()
+    code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    assert code == 0, (out, err[-2000:])
