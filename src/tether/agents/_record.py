@@ -118,9 +118,32 @@ class AgentFileApp:
         self.agent_file = snapshot(load_agent_file(self.path))
         self.digest = agent_digest(self.agent_file)
         self.name = str(self.path)
+        _writable(self.agent_file.resolve(self.agent_file.spec.trace.dir), self.name)
 
     def __call__(self, url: str, run_id: str | None = None) -> tuple[Host, Agent]:
         from tether.durable._runtime import stores_for
 
         built = build_agent(self.agent_file, stores=stores_for(url), app=self.name)
         return built.host, built.agent
+
+
+def _writable(folder: Path, app: str) -> None:
+    """Raise ``ConfigError`` when the app's trace folder cannot be made or written (a read-only
+    mount, a folder this process may not write): a worker would take each run and fail it there;
+    refused at its start, the runs wait in the queue for a worker that can write."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # not made yet: where it would be made
+        probe = probe.parent
+    if not probe.is_dir():
+        why = f"{probe} is not a folder"
+    elif os.statvfs(probe).f_flag & os.ST_RDONLY:
+        why = f"{probe} is on a read-only file system"
+    elif not os.access(probe, os.W_OK | os.X_OK):
+        why = f"this process may not write {probe}"
+    else:
+        return
+    raise ConfigError(
+        f"{app}: its trace folder {folder} cannot be written ({why}): each run's trace is written"
+        " there. Mount it read-write, or set trace.dir in the agent file to a folder this worker"
+        " may write; nothing was served"
+    )

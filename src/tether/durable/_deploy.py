@@ -18,6 +18,13 @@ from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
 
 INIT_HINT = "create it once with: tether db init --db URL"
+# The stores every deployment has, by backend: ``tether db init`` and each worker's start migrate
+# them. ``db check`` counts their migrations pending even where none is recorded yet (an init
+# killed before it reached them); memory's and the console's stores only once they are there.
+DEPLOYMENT_CONCERNS = {
+    "sqlite": ("approvals", "pins", "pauses", "intake"),
+    "postgresql": ("traces", "approvals", "pins", "pauses", "workers", "intake"),
+}
 
 
 class DeploymentUnavailable(StoreUnavailable):
@@ -132,6 +139,12 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
             raise DeploymentUnavailable(
                 "not_initialized", f"{t.describe()}: no deployment there ({INIT_HINT})"
             )
+        if initialized and not _has_dbos_tables(t.path / "dbos.sqlite"):
+            raise DeploymentUnavailable(
+                "not_initialized",
+                f"{t.describe()}: dbos.sqlite holds no DBOS tables (a tether db init or a worker's"
+                f" start cut short before DBOS made them; {INIT_HINT})",
+            )
         return t, None
     conn = _probe(t, f"{t.dbos_schema}.workflow_status" if initialized else None, timeout_s)
     if conn is None:
@@ -140,6 +153,16 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
             f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
         )
     return t, conn
+
+
+def _has_dbos_tables(file: Path) -> bool:
+    """Whether the SQLite file holds DBOS's table of workflows (PostgreSQL's is probed likewise):
+    a file an init killed early may be there without it. Reads only."""
+    from tether.sql._sqlite import connect
+
+    with closing(connect(file, busy_timeout_s=5)) as db:
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'workflow_status'"
+        return db.execute(query).fetchone() is not None
 
 
 def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -158,7 +181,8 @@ def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
         if conn is not None:
             conn.close()
     refuse_later(t.describe(), names, [None])
-    concerns = sorted({n.split(".", 1)[0] for n in names} & set(MIGRATIONS))
+    there = {n.split(".", 1)[0] for n in names} | set(DEPLOYMENT_CONCERNS[t.backend])
+    concerns = sorted(there & set(MIGRATIONS))
     pending = [n for c in concerns for n, _ in MIGRATIONS[c] if n not in names]
     known = {n for steps in MIGRATIONS.values() for n, _ in steps}
     return {"target": t.describe(), "pending": pending, "later": sorted(set(names) - known)}

@@ -194,6 +194,7 @@ class Submitter:
                 raise IntakeMissing(str(path))
             conn, where = connect(path), str(path)
         self._conn: Any = conn
+        self._where = where
         try:
             # Written unmigrated, on the driver's connection: a store a later release contracted
             # (and, on PostgreSQL, the workers' table it binds a run by) is refused before a row.
@@ -228,6 +229,10 @@ class Submitter:
                     cur.executemany(statement, values)
             except psycopg.errors.UndefinedTable:
                 raise IntakeMissing("tether_intake") from None
+            except psycopg.Error as err:  # a read replica's or a role's refusal says so, typed
+                from tether.sql._postgres import refused
+
+                raise (refused(self._where, err) or err) from None
             return
         import sqlite3
 
@@ -238,4 +243,6 @@ class Submitter:
         except sqlite3.OperationalError as err:
             if "no such table" in str(err):
                 raise IntakeMissing(str(err)) from None
-            raise
+            from tether.sql._sqlite import read_only
+
+            raise (read_only(self._where, err) or err) from None

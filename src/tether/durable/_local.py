@@ -42,9 +42,8 @@ def hold(deployment: Path | None, executor_id: str) -> int | None:
     if deployment is None or fcntl is None or "/" in executor_id or executor_id.startswith("."):
         return None
     path = _path(deployment, executor_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _open(path)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -65,6 +64,18 @@ def hold(deployment: Path | None, executor_id: str) -> int | None:
                 os.write(fd, str(os.getpid()).encode())  # read by _others_open
                 return fd  # the file survivors see (not one a survivor removed while this waited)
         os.close(fd)
+
+
+def _open(path: Path) -> int:
+    """The lock file at ``path``, made if missing; ``StoreRefused`` (``store_read_only``) where
+    the deployment's folder takes no writes (a read-only mount)."""
+    from tether.sql._sqlite import read_only
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as err:
+        raise (read_only(path, err) or err) from None
 
 
 def release(fd: int | None) -> None:

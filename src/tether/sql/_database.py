@@ -34,9 +34,10 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
+from tether.sql import _postgres as pgsql
 from tether.sql._journal import check_own_marks, refuse_later
 from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable, ensure_schema, refused
-from tether.sql._sqlite import held, setup
+from tether.sql._sqlite import held, read_only, setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
@@ -194,7 +195,7 @@ class Database:
             # Held: as any store operation's (``busy``, the file named, ask again).
             if isinstance(err, sqlite3.OperationalError) and held(err):
                 raise db._named(err) from None
-            raise ConfigError(_unopened(file, err)) from err
+            raise (read_only(file, err) or ConfigError(_unopened(file, err))) from err
         finally:
             raw.close()
         return db
@@ -325,7 +326,7 @@ class Database:
         return (
             f"{self._key}: another migrator held {what} {tries}: {holders} (a tether db init or a"
             " worker's start, of any release, stopped mid-migration: suspended with Ctrl-Z, frozen,"
-            " in a debugger); nothing was written"
+            " in a debugger; or itself waiting for a table's lock); nothing was written"
         )
 
     def check_journal(self, *concerns: str | None) -> None:
@@ -411,6 +412,8 @@ class Database:
         orig = _unwrapped(err) if isinstance(err, StatementError) else err
         if self.path is None or str(self.path) in str(orig) or not isinstance(orig, sqlite3.OperationalError):
             return orig
+        if (no := read_only(self.path, orig)) is not None:  # a read-only mount: no retry changes it
+            return no
         if held(orig):
             said = (
                 f"database is locked: {self.path} (another connection held its write lock past the"
@@ -576,20 +579,16 @@ def _locked(conn: Connection, key: str, what: str, fn: Callable[[], Any]) -> Non
 
 # The migrators' own lock (PostgreSQL's advisory lock, one per database, every release's).
 MIGRATION_LOCK = "the migration lock"
-_LOCK_KEY = "hashtext('tether_migrations')"
-_TAKE_LOCK = text(f"SELECT pg_advisory_xact_lock({_LOCK_KEY})")
-_LOCK_HOLDERS = (
-    "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),"
-    " extract(epoch FROM now() - a.state_change)::float FROM pg_locks l"
-    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted"
-    f" AND l.objsubid = 1 AND l.objid = ({_LOCK_KEY}::bigint & 4294967295)::oid"
-    f" AND l.classid = (({_LOCK_KEY}::bigint >> 32) & 4294967295)::oid"
-)
+_TAKE_LOCK = text(f"SELECT pg_advisory_xact_lock({pgsql.LOCK_KEY})")
 
 
 def _lock_holders(conn: Connection) -> str:
-    """Who holds the migration lock: "pid 12 (tether:init, idle in transaction for 40 s)"."""
-    rows = conn.execute(text(_LOCK_HOLDERS)).all()
+    """Who holds the migration lock: "pid 12 (tether:init, idle in transaction for 40 s)", and
+    whom a holder itself waits for (a table's lock another session holds)."""
+    rows = conn.execute(text(pgsql.LOCK_HOLDERS)).all()
     return "; ".join(
-        f"pid {p} ({name or 'no name'}, {state} for {s or 0:.0f} s)" for p, name, state, s in rows
+        f"pid {p} ({name or 'no name'}, {state} for {s or 0:.0f} s"
+        + (f", itself waiting for a lock held by {by}" if by else "")
+        + ")"
+        for p, name, state, s, by in rows
     )

@@ -189,3 +189,18 @@ class PgUrl:
 def _without_password(url: str) -> str:
     """``url`` with the password of its user part hidden (for an error about the URL itself)."""
     return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+# The migrators' own lock (PostgreSQL's advisory lock, one per database, every release's), and
+# who holds it: each holder, and the sessions it itself waits for (``pg_blocking_pids``).
+LOCK_KEY = "hashtext('tether_migrations')"
+LOCK_HOLDERS = (
+    "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),"
+    " extract(epoch FROM now() - a.state_change)::float,"
+    " (SELECT string_agg(format('pid %s (%s, %s)', b.pid, coalesce(nullif(b.application_name, ''),"
+    " 'no name'), coalesce(b.state, '')), '; ') FROM pg_stat_activity b"
+    " WHERE b.pid = ANY(pg_blocking_pids(a.pid))) FROM pg_locks l"
+    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted"
+    f" AND l.objsubid = 1 AND l.objid = ({LOCK_KEY}::bigint & 4294967295)::oid"
+    f" AND l.classid = (({LOCK_KEY}::bigint >> 32) & 4294967295)::oid"
+)

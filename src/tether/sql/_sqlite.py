@@ -3,8 +3,12 @@ opened by the driver alone (``connect``: for ``tether submit``, which writes a r
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from pathlib import Path
+
+from tether.sql._postgres import StoreRefused
 
 
 def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:
@@ -35,5 +39,56 @@ def connect(
     """A connection to the existing SQLite file at ``path`` (``sqlite3.OperationalError`` if there
     is none: nothing is created), set up by ``setup``."""
     conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s)
-    setup(conn, synchronous)
+    try:
+        setup(conn, synchronous)  # the first statement: where SQLite opens the file and its -shm
+    except sqlite3.OperationalError as err:
+        conn.close()
+        raise (read_only(path, err) or err) from None
     return conn
+
+
+# SQLite's result codes for a file it may not write or open: SQLITE_READONLY, SQLITE_CANTOPEN;
+# the system's for a path it may not write: EROFS, EACCES, EPERM.
+_UNWRITABLE = (8, 14)
+_UNWRITABLE_OS = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def read_only(path: str | Path, err: BaseException) -> StoreRefused | None:
+    """``StoreRefused`` (``store_read_only``) naming ``path`` when SQLite (or the system) could
+    not open or write it (``err``) because the disk takes no writes there (a read-only mount or
+    file system, a folder or file this process may not write): a SQLite deployment needs its
+    folder writable even to be read (a store in write-ahead-log mode keeps its ``-wal`` and
+    ``-shm`` files beside it, a worker its lock file). ``None`` for any other failure."""
+    orig = getattr(err, "orig", None) or err
+    if isinstance(orig, sqlite3.OperationalError):
+        code = getattr(orig, "sqlite_errorcode", None)
+        if not isinstance(code, int) or code & 0xFF not in _UNWRITABLE:
+            return None
+    elif not isinstance(orig, OSError) or orig.errno not in _UNWRITABLE_OS:
+        return None
+    if (why := _unwritable(Path(path))) is None:
+        return None
+    return StoreRefused(
+        "store_read_only",
+        f"{path} {why} ({orig}): a SQLite deployment's folder must be writable even to be read (a"
+        " store in write-ahead-log mode keeps its -wal and -shm files beside it, a worker its lock"
+        " file); nothing was written. Mount the folder read-write (or, to read a copy, copy the"
+        " folder where this process may write)",
+    )
+
+
+def _unwritable(file: Path) -> str | None:
+    """Why nothing can be written at ``file``, or ``None``."""
+    folder = file.parent
+    while not folder.exists() and folder != folder.parent:  # a folder not made yet: its parent's
+        folder = folder.parent
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "is on a read-only file system"
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK):
+        return "is in a folder this process may not write"
+    if file.exists() and not os.access(file, os.W_OK):
+        return "may not be written by this process"
+    return None
