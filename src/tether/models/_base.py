@@ -187,10 +187,10 @@ def count(value: object) -> int:
     spent budget back, a count that is no number cannot be charged at all, and one past any
     model's reach (``10**30``) is no count (priced, it would spend every budget at once; stored,
     it overflows a database's integers)."""
-    if type(value) is int and 0 <= value <= MAX_COUNT:  # the usual case: a JSON integer
-        return value
     if value is None:
         return 0
+    if type(value) is int and 0 <= value <= MAX_COUNT:  # the usual case: a JSON integer
+        return value
     if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         value = float(value) if "." in value else int(value)  # "12", or "12.0" (a float as text)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
