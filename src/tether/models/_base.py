@@ -189,6 +189,8 @@ def count(value: object) -> int:
     it overflows a database's integers)."""
     if value is None:
         return 0
+    if type(value) is int and 0 <= value <= MAX_COUNT:  # the usual case: a JSON integer
+        return value
     if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         value = float(value) if "." in value else int(value)  # "12", or "12.0" (a float as text)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
