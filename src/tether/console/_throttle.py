@@ -114,7 +114,7 @@ class Throttle:
 class TokenGuesses:
     """Secrets tried under API tokens' ids within a minute, counted per (id, client) (``attacker``)
     before any is hashed. A client is refused, unhashed, past ``TOKEN_GUESSES`` of its own under an
-    id, or past ``TOKEN_ID_GUESSES`` from all clients under it once it tried a wrong one there: a
+    id, or past ``TOKEN_ID_GUESSES`` from all clients under it once it sent a wrong one there: a
     token's id is no secret (the audit log names it), and whoever knows it spends only their own
     attempts, never its holder's, who tries from elsewhere and is hashed as ever. The decision reads
     the id and the client only, never the secret (it says nothing of how near a guess came). An
@@ -123,10 +123,12 @@ class TokenGuesses:
     window_s = 60.0
 
     def __init__(self) -> None:
-        self._tried: dict[tuple[str, str], list[float]] = {}  # (id, client) and (id, "") -> when
+        # (id, client) and (id, "") -> when attempts were reserved; ("wrong", id, client) -> when
+        # a wrong secret came from there (a client's attempts in flight are no wrong ones yet).
+        self._tried: dict[tuple[str, ...], list[float]] = {}
         self._lock = threading.Lock()  # token checks run on worker threads
 
-    def _recent(self, key: tuple[str, str], now: float) -> list[float]:
+    def _recent(self, key: tuple[str, ...], now: float) -> list[float]:
         recent = [t for t in self._tried.get(key, []) if now - t < self.window_s]
         if recent:
             self._tried[key] = recent
@@ -137,21 +139,29 @@ class TokenGuesses:
     def attempt(self, token_id: str, client: str) -> float | None:
         """Reserve one attempt under ``token_id`` from ``client`` (checked and counted under one
         lock: attempts sent at once cannot all pass); ``None``: refused, nothing to hash."""
-        pair, everyone, now = (token_id, attacker(client) or "-"), (token_id, ""), time.monotonic()
+        who, now = attacker(client) or "-", time.monotonic()
+        pair, everyone = (token_id, who), (token_id, "")
         with self._lock:
             if len(self._tried) > 10_000:  # bounded memory: drop what has expired
                 for key in list(self._tried):
                     self._recent(key, now)
-            mine, all_of_them = self._recent(pair, now), self._recent(everyone, now)
-            if len(mine) >= TOKEN_GUESSES or (mine and len(all_of_them) >= TOKEN_ID_GUESSES):
+            guessed = bool(self._recent(("wrong", token_id, who), now))
+            if len(self._recent(pair, now)) >= TOKEN_GUESSES or (
+                guessed and len(self._recent(everyone, now)) >= TOKEN_ID_GUESSES
+            ):
                 return None
             for key in (pair, everyone):
                 self._tried.setdefault(key, []).append(now)
         return now
 
-    def verified(self, token_id: str, client: str, at: float) -> None:
-        """The attempt reserved at ``at`` held the token's secret: it is no guess."""
+    def verified(self, token_id: str, client: str, at: float, *, right: bool) -> None:
+        """The attempt reserved at ``at`` was hashed: a ``right`` secret is no guess (given back),
+        a wrong one marks its client as one that guessed under the id."""
+        who = attacker(client) or "-"
         with self._lock:
-            for key in ((token_id, attacker(client) or "-"), (token_id, "")):
+            if not right:
+                self._tried.setdefault(("wrong", token_id, who), []).append(at)
+                return
+            for key in ((token_id, who), (token_id, "")):
                 if at in self._tried.get(key, []):
                     self._tried[key].remove(at)

@@ -463,16 +463,16 @@ class UserStore:
             cached = self._token_cache.get(key)
             if not (cached and cached[0] == user and cached[2] > time.monotonic()):
                 token_id = match.group(1)
-                # Counted before hashing, by id and client; one verified before is never refused.
-                at = self._guesses.attempt(token_id, client)
-                if at is None and not (cached and cached[0] == user):
+                at = self._guesses.attempt(token_id, client)  # by id and client, before hashing
+                if at is None and not (cached and cached[0] == user):  # (verified before: never)
                     raise AuthError(
                         "bad_token", "too many wrong secrets for this token: try again in a minute"
                     )
-                if not verify_secret(secret, stored):
-                    raise AuthError("bad_token", "unknown token")
+                right = verify_secret(secret, stored)
                 if at is not None:
-                    self._guesses.verified(token_id, client, at)
+                    self._guesses.verified(token_id, client, at, right=right)
+                if not right:
+                    raise AuthError("bad_token", "unknown token")
                 if not ended:
                     self._token_cache[key] = (user, token_id, time.monotonic() + 60)
             if ended:
