@@ -439,9 +439,9 @@ class UserStore:
         self._token_cache.clear()
         return done
 
-    def principal_for_token(self, secret: str, *, client: str = "") -> Principal:
-        """Raises ``AuthError("bad_token")`` for an unknown, revoked, expired or malformed token.
-        ``client``: its address; wrong secrets count as that client's own (``TokenGuesses``)."""
+    def principal_for_token(self, secret: str, *, client: str | None = None) -> Principal:
+        """Raises ``AuthError("bad_token")`` for an unknown, revoked, expired or malformed token
+        (``client``: its address, by default the request's; its wrong secrets are its own)."""
         match = re.fullmatch(rf"{TOKEN_PREFIX}([0-9a-f]{{12}})_[A-Za-z0-9_-]{{20,100}}", secret)
         if match is None:
             raise AuthError("bad_token", "not a tether API token")
@@ -462,7 +462,7 @@ class UserStore:
             key = _digest(secret)
             cached = self._token_cache.get(key)
             if not (cached and cached[0] == user and cached[2] > time.monotonic()):
-                token_id = match.group(1)
+                token_id, client = match.group(1), CLIENT.get() if client is None else client
                 at = self._guesses.attempt(token_id, client)  # by id and client, before hashing
                 if at is None and not (cached and cached[0] == user):  # (verified before: never)
                     raise AuthError(

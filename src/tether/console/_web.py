@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import functools
 import hmac
 import json
 import logging
@@ -194,9 +193,9 @@ class Gate:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
-            client = request.client.host if request.client else ""
-            check = functools.partial(self.users.principal_for_token, token.strip(), client=client)
-            return await anyio.to_thread.run_sync(check, limiter=self.hashing)
+            return await anyio.to_thread.run_sync(
+                self.users.principal_for_token, token.strip(), limiter=self.hashing
+            )
         for raw in self._presented(request):
             return self.users.principal_for_session(raw)
         return None
