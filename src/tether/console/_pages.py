@@ -5,13 +5,11 @@ modules; another tenant's record answers 404, exactly like an unknown id.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import quote
 
 import anyio
@@ -27,6 +25,8 @@ from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import SCANNED_RUNS, SHOWN_RUNS, RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
+from tether.console._throttle import Throttle
+from tether.console._throttle import attacker as attacker  # the round-13 tests' import
 from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal, sign_in_name
 from tether.console._web import UNSTORABLE, form_value, holds_unstorable, repeated_field
 from tether.errors import ApprovalError, TetherError
@@ -53,102 +53,6 @@ def local_path(value: str) -> str:
     if not value.startswith("/") or value.startswith(("//", "/\\")) or not value.isprintable():
         return "/"
     return value
-
-
-_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
-
-
-def attacker(client: str) -> str:
-    """Whom the throttle counts a client address as: an IPv6 client as its /64 (one household's
-    or one server's share: an attacker rotating through it is one attacker), an IPv4-mapped IPv6
-    address as the IPv4 address it is, any loopback address (127.0.0.0/8, ``::1``) as 127.0.0.0/8
-    (this host: its every account connects from any of them); anything else (no address) as itself."""
-    try:
-        address = ipaddress.ip_address(client)
-    except ValueError:
-        return client
-    if address.is_loopback:
-        return str(_LOOPBACK)
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return attacker(str(address.ipv4_mapped))
-        return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
-    return str(address)
-
-
-class Throttle:
-    """Failed sign-ins within ``window_s``: refused after 5 failures for one name from one address,
-    20 from one address (any names), or 100 for one name from anywhere, so a handful of guesses
-    from elsewhere never locks a person out at their own address. An address is counted as
-    ``attacker`` says (an IPv6 client's whole /64). The name's own limit, which guesses from
-    anywhere reach, spares the networks the name signed in from lately (``known_s``, the newest
-    ``known_kept``): its person still signs in from their usual network while strangers guess,
-    and those networks keep their own limits (the name's guesses stay bounded)."""
-
-    limits: ClassVar = {"pair": 5, "client": 20, "name": 100}
-    window_s = 900.0
-    known_s = 30 * 86400.0
-    known_kept = 8
-
-    def __init__(self) -> None:
-        self._failures: dict[tuple[str, str], list[float]] = {}
-        self._known: dict[str, dict[str, float]] = {}  # name -> network -> when it last signed in
-
-    def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
-        client = attacker(client)
-        return [("pair", f"{name}\x00{client}"), ("client", client), ("name", name)]
-
-    def _recent(self, key: tuple[str, str]) -> list[float]:
-        now = time.monotonic()
-        recent = [t for t in self._failures.get(key, []) if now - t < self.window_s]
-        if recent:
-            self._failures[key] = recent
-        else:
-            self._failures.pop(key, None)
-        return recent
-
-    def blocked(self, name: str, client: str) -> bool:
-        keys = self._keys(name, client)
-        seen = self._known.get(name, {}).get(attacker(client))
-        if seen is not None and time.monotonic() - seen < self.known_s:
-            keys = keys[:2]  # a network the name signed in from: its pair's and its own limits
-        return any(len(self._recent(k)) >= self.limits[k[0]] for k in keys)
-
-    def attempt(self, name: str, client: str) -> float | None:
-        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (checked and
-        counted with no await between: attempts sent at once cannot all pass); ``None``: blocked."""
-        if self.blocked(name, client):
-            return None
-        if len(self._failures) > 50_000:  # bounded memory: drop what has expired
-            for key in list(self._failures):
-                self._recent(key)
-        now = time.monotonic()
-        for key in self._keys(name, client):
-            self._failures.setdefault(key, []).append(now)
-        return now
-
-    def first_refusal(self, client: str) -> bool:
-        """Whether this refused attempt is the address's first within the window: only that one is
-        audited (attempts past the limit cannot flood the append-only audit log)."""
-        key = ("refused", attacker(client))
-        if self._recent(key):
-            return False
-        self._failures[key] = [time.monotonic()]
-        return True
-
-    def succeeded(self, name: str, client: str, at: float) -> None:
-        """The attempt reserved at ``at`` signed in: it is no failure, the pair starts afresh, and
-        the network is known for the name (the newest ``known_kept`` of its networks)."""
-        keys = self._keys(name, client)
-        self._failures.pop(keys[0], None)  # the pair
-        for key in keys:
-            if at in self._failures.get(key, []):
-                self._failures[key].remove(at)
-        known = self._known.setdefault(name, {})
-        known.pop(attacker(client), None)
-        known[attacker(client)] = time.monotonic()
-        for network in list(known)[: -self.known_kept]:
-            del known[network]
 
 
 def page_routes(console: Console) -> list[Route]:

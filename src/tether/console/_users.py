@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tether.console._hashing import _SCRYPT_N, _dummy_hash, hash_secret, verify_secret
+from tether.console._throttle import TOKEN_GUESSES as TOKEN_GUESSES  # (round 3's tests import it here)
+from tether.console._throttle import TokenGuesses
 from tether.core._confusables import skeleton
 from tether.errors import ApprovalError, TetherError
 from tether.policy._approvals import Reviewer
@@ -65,7 +67,6 @@ MAX_PASSWORD = 1024  # what the sign-in form reads of one (a longer one could ne
 MIN_PASSWORD_CHARS = 5
 TOKEN_PREFIX = "tether_"
 MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
-TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
 # Refusals of one kind by one actor audited one by one within a minute; past that only the 16th,
 # 32nd, 64th... (naming the count): refused requests sent on and on add a handful of entries.
 REFUSALS_AUDITED = 10
@@ -260,8 +261,8 @@ class UserStore:
         self._db.migrate("users")  # the tables: tether.sql._tables
         # digest of a verified token -> (user, token id, valid until): skips scrypt on every API call.
         self._token_cache: dict[str, tuple[str, str, float]] = {}
-        self._guesses: dict[str, list[float]] = {}  # token id -> when secrets were tried (a minute)
-        self._guess_lock = threading.Lock()
+        self._guesses = TokenGuesses()  # secrets tried under a token's id, per client
+        self._guess_lock = threading.Lock()  # (the refusals' counts)
         self._refusals: dict[tuple[str, str], tuple[float, int]] = {}  # (actor, outcome) -> (since, n)
 
     def close(self) -> None:
@@ -438,8 +439,9 @@ class UserStore:
         self._token_cache.clear()
         return done
 
-    def principal_for_token(self, secret: str) -> Principal:
-        """Raises ``AuthError("bad_token")`` for an unknown, revoked, expired or malformed token."""
+    def principal_for_token(self, secret: str, *, client: str | None = None) -> Principal:
+        """Raises ``AuthError("bad_token")`` for an unknown, revoked, expired or malformed token
+        (``client``: its address, by default the request's; its wrong secrets are its own)."""
         match = re.fullmatch(rf"{TOKEN_PREFIX}([0-9a-f]{{12}})_[A-Za-z0-9_-]{{20,100}}", secret)
         if match is None:
             raise AuthError("bad_token", "not a tether API token")
@@ -460,19 +462,17 @@ class UserStore:
             key = _digest(secret)
             cached = self._token_cache.get(key)
             if not (cached and cached[0] == user and cached[2] > time.monotonic()):
-                token_id, now = match.group(1), time.monotonic()
-                # Past TOKEN_GUESSES secrets a minute under a live token's id, only one verified before
-                # (its holder's) is hashed; counted before hashing, so guesses sent at once count.
-                with self._guess_lock:
-                    recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
-                    self._guesses[token_id] = [*recent, now]
-                if len(recent) >= TOKEN_GUESSES and not (cached and cached[0] == user):
+                token_id, client = match.group(1), CLIENT.get() if client is None else client
+                at = self._guesses.attempt(token_id, client)  # by id and client, before hashing
+                if at is None and not (cached and cached[0] == user):  # (verified before: never)
                     raise AuthError(
                         "bad_token", "too many wrong secrets for this token: try again in a minute"
                     )
-                if not verify_secret(secret, stored):
+                right = verify_secret(secret, stored)
+                if at is not None:
+                    self._guesses.verified(token_id, client, at, right=right)
+                if not right:
                     raise AuthError("bad_token", "unknown token")
-                self._guesses.pop(token_id, None)
                 if not ended:
                     self._token_cache[key] = (user, token_id, time.monotonic() + 60)
             if ended:
