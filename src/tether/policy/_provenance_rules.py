@@ -54,6 +54,7 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
+from tether.policy._provenance_mentions import chooses_option
 from tether.policy._provenance_paid import (
     amount_defaults,
     as_received,
@@ -323,7 +324,7 @@ class ProvenanceRules:
         elif rule.role == "option":
             encoded = json.dumps(element)
             phrases = rule.requested_by.get(encoded, ())
-            if encoded not in rule.safe and not any(_phrase_in(index, p) for p in phrases):
+            if encoded not in rule.safe and not any(chooses_option(index.user_text, p) for p in phrases):
                 out.worse(
                     rule.otherwise, {"argument": arg, "problem": "option_not_requested", "value": element}
                 )
@@ -562,10 +563,6 @@ def _no_better(trust: str, classes: frozenset[str]) -> bool:
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
-def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
-    return said(index.user_text, phrase)
-
-
 def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool) -> bool:
     """Whether the request asks for the tool's effect through one of its ``requested_by``
     phrases. For a tool with arguments the phrases name its action ("send", "share", "add"),
@@ -574,7 +571,7 @@ def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool)
     mail"), which counts wherever it stands. A tool that declares no phrase is never asked."""
     if has_arguments:
         return any(asks_for(index.user_text, p) for p in rules.requested_by)
-    return any(_phrase_in(index, p) for p in rules.requested_by)
+    return any(said(index.user_text, p) for p in rules.requested_by)
 
 
 class ProvenancePolicy(Policy):
