@@ -68,6 +68,7 @@ from tether.policy._provenance_paid import (
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
 from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, shown, unfolded
+from tether.policy._provenance_times import at_stated_time
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -421,6 +422,7 @@ class ProvenanceRules:
         ok = False
         if USER in rule.allow:
             ok = any(m.matches(day) for m in index.request_dates)
+            ok = ok and (rule.same_day_as is not None or at_stated_time(index.objective, case.element))
         named = {c.split(":", 1)[1] for c in rule.allow if c.startswith("named:")}
         if not ok and named:
             ok = day in index.named_dates(named)
