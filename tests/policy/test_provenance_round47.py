@@ -176,6 +176,9 @@ def _move(request: str, start: str, end: str = "2024-05-20 11:00") -> str:
         (RESCHEDULE, "2024-05-20 05:00"),
         (RESCHEDULE, "2024-05-20T10:00:00+05:00"),
         (RESCHEDULE, "2024-05-20T10:30:00"),
+        (RESCHEDULE, "2024-5-20 22:00"),  # the forms ``parse_date`` reads, each
+        (RESCHEDULE, "2024/05/20 22:00"),
+        (RESCHEDULE, "20240520T2200"),
         ("Please reschedule my Dental check-up to May 20, 2024 at 10 am.", "2024-05-20 22:00"),
         ("Please reschedule my Dental check-up to May 20, 2024 at 3 pm.", "2024-05-20 03:00"),
         ("Move my Dental check-up to 2024-05-20, at 11:00, not at 9:00.", "2024-05-20 09:00"),
@@ -191,6 +194,8 @@ def test_a_time_the_request_does_not_state_goes_to_a_reviewer(request_: str, sta
     [
         (RESCHEDULE, "2024-05-20 10:00"),
         (RESCHEDULE, "2024-05-20T10:00:00"),
+        (RESCHEDULE, "2024-5-20 10:00"),
+        (RESCHEDULE, "2024-05-20"),
         ("Please reschedule my Dental check-up to May 20, 2024 at 10 am.", "2024-05-20 10:00"),
         ("Please reschedule my Dental check-up to May 20, 2024 at 3 pm.", "2024-05-20 15:00"),
         ("Please reschedule my Dental check-up to May 20, 2024 at 3.", "2024-05-20 15:00"),

@@ -62,17 +62,43 @@ def stated_times(request: str) -> set[tuple[int, int]]:
 
 def at_stated_time(request: str, value: object) -> bool:
     """Whether the date ``value``'s time of day is one the request states: always where the
-    value carries no time (a day alone) or the request states none."""
-    if not isinstance(value, str):
-        return True
-    try:
-        moment = datetime.fromisoformat(value.strip().replace("/", "-"))
-    except ValueError:
-        return True  # no time of day to read (the day is judged on its own)
+    value carries no time (a day alone) or the request states none; never where the request
+    states one and the value's time cannot be read."""
     times = stated_times(request)
-    if not times or (len(value.strip()) <= 10 and moment.tzinfo is None):
+    if not times:
+        return True
+    if not isinstance(value, (str, datetime)):
+        return True
+    moment = value if isinstance(value, datetime) else _moment(value.strip())
+    if moment is None:
+        return _DAY.fullmatch(str(value).strip()) is not None
+    if moment.tzinfo is None and _DAY.fullmatch(str(value).strip()):
         return True
     offset = moment.utcoffset()
     if offset and not _ZONE.search(unfold(request).lower()):
         return False
     return (moment.hour, moment.minute) in times
+
+
+_DAY = re.compile(r"\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{8}")
+_WRITTEN = re.compile(
+    r"(?P<y>\d{4})[-/](?P<mo>\d{1,2})[-/](?P<d>\d{1,2})"
+    r"(?:[ tT]+(?P<h>\d{1,2}):(?P<mi>\d{2})(?::\d{2}(?:\.\d+)?)?)?"
+    r"\s*(?P<z>[zZ]|[+-]\d{2}:?\d{2})?"
+)
+
+
+def _moment(text: str) -> datetime | None:
+    """The moment a date value writes, in the forms ``parse_date`` reads (single-digit months,
+    slashes, a ``T`` or a space before the time); ``None`` when it writes none of them."""
+    m = _WRITTEN.fullmatch(text)
+    if m is not None:
+        zone = (m.group("z") or "").upper().replace("Z", "+00:00")
+        if zone and ":" not in zone:
+            zone = f"{zone[:3]}:{zone[3:]}"
+        clock = f"{int(m.group('h') or 0):02}:{m.group('mi') or '00'}"
+        text = f"{m.group('y')}-{int(m.group('mo')):02}-{int(m.group('d')):02}T{clock}{zone}"
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
