@@ -13,7 +13,8 @@ one, by that time too.
 
 So "reschedule my check-up to 2024-05-20 at 10:00" moves it to 10:00 that day, not to 22:00 or
 to 10:00 in a zone the injection picked; a request that states no time of day leaves the time
-to the agent, as before.
+to the agent, as before. An argument declared ``same_day_as`` another (an end time) is judged by
+its day alone (``ProvenanceRules``): "to 10:00" does not say how long the event lasts.
 """
 
 from __future__ import annotations
