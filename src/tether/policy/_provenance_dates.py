@@ -31,6 +31,7 @@ __all__ = [
     "figure",
     "figures",
     "is_currency",
+    "is_month",
     "numeral",
     "paid",
     "parse_date",
@@ -148,6 +149,11 @@ def date_mentions(text: str) -> list[DateMention]:
 
 
 _VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d", "%Y/%m/%d %H:%M")
+
+
+def is_month(word: str) -> bool:
+    """Whether ``word`` (lower case) names a month ("March", "Jan"): a date's word, no name's."""
+    return word in _MONTHS
 
 
 def parse_date(value: object) -> date | None:

@@ -9,14 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from tether.policy._provenance_dates import is_month, undated_words
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
-from tether.policy._provenance_labels import normalise
-from tether.policy._provenance_text import asks_for, contains_whole, given_as
+from tether.policy._provenance_labels import normalise, shape_kind
+from tether.policy._provenance_text import STOP, actions, asks_for, contains_whole, given_as, request_names
 
 __all__ = ["FIELD_ROLES", "given_for_another", "given_for_another_effect"]
 
 # The roles of arguments the user gives values for by naming the field: facts about them, secrets.
 FIELD_ROLES = frozenset({"profile", "secret"})
+# The roles of the parties of an effect: whom it reaches, the record it acts on.
+_PARTIES = frozenset({"destination", "target"})
 
 
 def _words(argument: str) -> frozenset[str]:
@@ -41,7 +44,7 @@ def given_for(user_text: str, arguments: Iterable[str], value: str) -> set[str]:
 
 
 def given_for_another(
-    user_text: str,
+    request: str,
     rules: ToolRules | None,
     rule: ArgumentRule,
     value: str,
@@ -53,8 +56,9 @@ def given_for_another(
     no field, or for this one; a secret's own check is ``says_what_for``). For a destination of
     a write, the other ``tools`` whose action alone the request gives it for
     (``given_for_another_effect``)."""
-    if rule.role == "destination" and tools is not None:
-        return given_for_another_effect(user_text, tools, rules, rule, value)
+    user_text = normalise(request)
+    if rule.role in _PARTIES and tools is not None:
+        return given_for_another_effect(user_text, tools, rules, rule, value, request_names(request))
     if rule.role != "profile" or rules is None:
         return []
     fields = [a for a, r in rules.arguments.items() if r.role in FIELD_ROLES]
@@ -63,20 +67,40 @@ def given_for_another(
 
 
 def given_for_another_effect(
-    user_text: str, tools: Mapping[str, ToolRules], rules: ToolRules | None, rule: ArgumentRule, value: str
+    user_text: str,
+    tools: Mapping[str, ToolRules],
+    rules: ToolRules | None,
+    rule: ArgumentRule,
+    value: str,
+    names: Iterable[str] = (),
 ) -> list[str]:
-    """The other tools whose action the request (``user_text``, normalised) gives ``value`` for,
-    when ``rule`` is a destination of a write (a tool that changes a stored record: whom a
-    standing order pays, who an event invites) and the request gives it for no action of this
-    tool: wherever the value stands whole, the last of the declared ``requested_by`` phrases the
-    request asks for in its sentence before it is another tool's only ("please *refund* GB29…,
-    and fix the subject of my order": GB29… is whom to refund, not the order's new payee). Empty
-    where one place gives it for this tool ("*change* the recipient … to GB29…"), or with no
-    action before it ("my new landlord's account is CA13…"): the request's own choice."""
-    if rule.role != "destination" or rules is None or rules.effect != "write" or not rules.requested_by:
+    """Why the request (``user_text``, normalised) gives ``value``, a party of a tool with an
+    effect (``rule``: a destination or a target), for something else than this tool's action:
+
+    * every place the request asks for this action (its ``requested_by`` phrases, used as
+      actions) names the parties it governs, and ``value`` is none of them (``governed``):
+      "summarize file 130 and *delete* the old draft 131" asks to delete 131, not 130, and
+      "read bob@…'s mail and *email* alice@… a summary" to mail Alice, not Bob. An action that
+      names no party ("read file 130 and *delete* it") governs whatever the request points at;
+    * else, for a destination of a write (whom a standing order pays, who an event invites) or
+      a target, wherever the value stands whole the last of the declared phrases the request
+      asks for in its sentence before it is another tool's only ("please *refund* GB29…, and fix
+      the subject of my order": GB29… is whom to refund, not the order's new payee).
+
+    Empty where the request gives the value for this tool ("*change* the recipient … to GB29…"),
+    or with no action before it ("my new landlord's account is CA13…"): the request's own
+    choice. Each entry names the other tool, or this tool's action and the parties it governs."""
+    if rule.role not in _PARTIES or rules is None or rules.effect in (None, "read") or not rules.requested_by:
+        return []
+    phrases = {p for r in tools.values() for p in r.requested_by}
+    alone = sum(r.role in _PARTIES for r in rules.arguments.values()) == 1  # its names are this party's
+    named = frozenset(n for n in names if n not in STOP and not is_month(n)) if alone else None
+    governed = _governed(user_text, phrases, rules.requested_by, value, named)
+    if governed is not None:
+        return [f"{a} {', '.join(parties)}" for a, parties in governed]
+    if rule.role == "destination" and rules.effect != "write":
         return []
     needle, own = normalise(value), set(rules.requested_by)
-    phrases = {p for r in tools.values() for p in r.requested_by}
     others: set[str] = set()
     at = user_text.find(needle) if needle else -1
     while at >= 0:
@@ -92,6 +116,72 @@ def given_for_another_effect(
     return sorted(others)
 
 
+def _governed(
+    text: str, phrases: Iterable[str], own: Iterable[str], value: str, names: frozenset[str] | None
+) -> list[tuple[str, list[str]]] | None:
+    """The places the request (``text``) asks for this tool's action (one of ``own``) and the
+    parties shaped as ``value`` (an address, an account, a link, a number) each governs, when
+    every such place names some and none names ``value``; else None (no such place, a value of
+    no such shape, one place that names none or names ``value``). An action governs the parties
+    that follow it in its sentence up to the next action asked for (of any tool in ``phrases``):
+    the first, and the ones after it joined by only list words or the words that led to the
+    first ("delete *file* 130 and *file* 131"); "delete draft 131 and summarize 130" ends at
+    "summarize"."""
+    kind = _kind(value) or ("name" if names else None)
+    if kind is None:
+        return None
+    starts = sorted(s for p in phrases for s, _ in actions(text, p))
+    needle, found = normalise(value), []
+    for phrase in own:
+        for _, end in actions(text, phrase):
+            ends = [s for s in starts if s >= end] + [m.start() for m in _SENTENCE.finditer(text, end)]
+            span = text[end : min(ends, default=len(text))]
+            parties = _named(span, names or frozenset()) if kind == "name" else _parties(span, kind)
+            if not parties or any(contains_whole(p, needle) for p in parties):  # "www.x.com.They"
+                return None
+            found.append((phrase, parties))
+    return found or None
+
+
+def _kind(value: str) -> str | None:
+    """The shape a party is named by in a request: ``mailbox``, ``account``, ``link``, or
+    ``number`` (a record's id); None for a name, whose words no shape marks out."""
+    kind = shape_kind(value)
+    if kind != "name":
+        return kind
+    return "number" if _NUMBER.fullmatch(normalise(value)) else None
+
+
+def _parties(span: str, kind: str) -> list[str]:
+    """The tokens of ``span`` shaped as ``kind``, outside its dates (``undated_words``: "move it
+    to May 13" names no record 13): the first, and those after it with only list words or the
+    words that led to the first between them."""
+    parties: list[str] = []
+    leading: set[str] = set()
+    for token in (t.strip(_AROUND).rstrip(".") for t in undated_words(span, _TOKEN)):
+        shaped = bool(token) and (
+            _NUMBER.fullmatch(token) is not None if kind == "number" else shape_kind(token) == kind
+        )
+        words = set(re.findall(r"[\w'’]+", token))
+        if shaped:
+            parties.append(token)
+        elif not parties:
+            leading |= words
+        elif not words <= leading | _LIST_WORDS:
+            break
+    return parties
+
+
+def _named(span: str, names: frozenset[str]) -> list[str]:
+    """``span`` whole when it holds a word the request uses as a name (``request_names``: "book
+    *Hotel Beta* from May 13"), else nothing ("book it for May 13": a date names no party)."""
+    return [span] if any(w in names for w in undated_words(span, _WORD)) else []
+
+
+_NUMBER = re.compile(r"\d+")
+_TOKEN, _WORD = re.compile(r"\S+"), re.compile(r"[\w'’]+")
+_AROUND = "\"'“”‘’()[]<>{},;:!?#"
+_LIST_WORDS = frozenset({"and", "or", "also", "plus", "as", "well", "both", "either"})
 _SENTENCE = re.compile(r"[.!?;](?=\s|$)|\n")
 
 

@@ -352,7 +352,7 @@ class ProvenanceRules:
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
             elif USER in classes and (
                 other := given_for_another(
-                    index.user_text, self._rules_of(call.spec.name), rule, text, self.tools
+                    index.objective, self._rules_of(call.spec.name), rule, text, self.tools
                 )
             ):
                 out.worse(rule.otherwise, {"argument": arg, "problem": "given_for_another", "fields": other})

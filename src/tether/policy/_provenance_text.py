@@ -29,6 +29,7 @@ __all__ = [
     "STOP",
     "WORD",
     "Written",
+    "actions",
     "alnum_key",
     "as_written",
     "ascii_digits",
@@ -226,10 +227,14 @@ def asks_for(text: str, phrase: str) -> bool:
     does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
     file?"; "can you *send* it?" is a request). A word the request only uses for something
     else never asks for the effect."""
+    return bool(actions(text, phrase))
+
+
+def actions(text: str, phrase: str) -> list[tuple[int, int]]:
+    """Where the (normalised) request ``text`` uses ``phrase`` as an action (``asks_for``)."""
     words = normalise(phrase)
-    if not words:
-        return False
-    for m in re.finditer(rf"(?<![\w'’-]){re.escape(words)}(?![\w'’-])", text):
+    found: list[tuple[int, int]] = []
+    for m in re.finditer(rf"(?<![\w'’-]){re.escape(words)}(?![\w'’-])", text) if words else ():
         before = _WORDS_BEFORE.findall(text[: m.start()])[-1:]
         after = _WORDS_AFTER.match(text[m.end() :])
         prior = before[0] if before else ""
@@ -237,10 +242,9 @@ def asks_for(text: str, phrase: str) -> bool:
             continue
         if after is not None and after.group(1) in _NAMING_AFTER:
             continue
-        if in_question(text, m.start(), m.end()):
-            continue
-        return True
-    return False
+        if not in_question(text, m.start(), m.end()):
+            found.append(m.span())
+    return found
 
 
 def said(text: str, phrase: str) -> bool:
