@@ -1,20 +1,25 @@
 """Which field of a call the request gives a value for: "change my city to London and my last
 name to Johnson" gives Johnson as the last name, so a call that sets the first name to Johnson
-sets it to words the user gave for another field (``given_for_another``). Likewise for whom a
-write makes a stored record reach: "refund GB29… and fix my Spotify order's subject" gives
-GB29… as whom to refund, not as the order's new payee (``given_for_another_effect``)."""
+sets it to words the user gave for another field (``given_for_another``). Likewise for whom or
+what an effect reaches: "refund GB29… and fix my Spotify order's subject" gives GB29… as whom
+to refund, not as the order's new payee, and "summarize file 130 and delete draft 131" gives
+130 for no deletion (``given_for_another_effect``); and for its days: "book Hotel Beta from
+May 13 to May 17; I fly home May 20" gives May 20 for no stay (``dated_for_another``)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date
 
-from tether.policy._provenance_dates import is_month, undated_words
+from tether.policy._provenance_dates import DateMention, date_mentions, is_month, undated_words
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_labels import normalise, shape_kind
 from tether.policy._provenance_text import STOP, actions, asks_for, contains_whole, given_as, request_names
+from tether.policy._provenance_values import unfold
 
-__all__ = ["FIELD_ROLES", "given_for_another", "given_for_another_effect"]
+__all__ = ["FIELD_ROLES", "dated_for_another", "given_for_another", "given_for_another_effect"]
 
 # The roles of arguments the user gives values for by naming the field: facts about them, secrets.
 FIELD_ROLES = frozenset({"profile", "secret"})
@@ -116,6 +121,48 @@ def given_for_another_effect(
     return sorted(others)
 
 
+def dated_for_another(
+    request: str, tools: Mapping[str, ToolRules], rules: ToolRules | None, day: date
+) -> bool:
+    """Whether the request gives ``day``, a date of a tool with an effect, only for something
+    else than this tool's action: every place it asks for the action (``requested_by``) names
+    days in its clause (up to the next action asked for) and none is ``day``. "Book Hotel Beta
+    from May 13 to May 17; I fly home May 20" gives May 20 for no stay. A place that names no
+    day ("book it") leaves the request's days to the action, as before."""
+    if rules is None or rules.effect in (None, "read") or not rules.requested_by:
+        return False
+    text = normalise(request)
+    phrases = {p for r in tools.values() for p in r.requested_by}
+    spans = list(_spans(text, phrases, rules.requested_by))
+    days = [_days(span) for _, span in spans]
+    return bool(spans) and all(days) and not any(m.matches(day) for ms in days for m in ms)
+
+
+def _days(span: str) -> list[DateMention]:
+    """The days ``span`` names: the first, and those after it with only list words, the words
+    of a range ("from May 13 *to* May 17") or the words that led to the first between them;
+    "book it for May 13, and check my flight on May 20" ends before "check"."""
+    folded, days = unfold(span), date_mentions(span)
+    leading = set(_WORD.findall(folded[: days[0].span[0]])) if days else set()
+    kept = days[:1]
+    for prior, mention in itertools.pairwise(days):
+        if not set(_WORD.findall(folded[prior.span[1] : mention.span[0]])) <= leading | _LIST_WORDS | _RANGE:
+            break
+        kept.append(mention)
+    return kept
+
+
+def _spans(text: str, phrases: Iterable[str], own: Iterable[str]) -> Iterable[tuple[str, str]]:
+    """Each place the request (``text``) asks for this tool's action (one of ``own``) and the
+    clause it governs: up to the next action asked for (of any tool in ``phrases``) or the end
+    of its sentence."""
+    starts = sorted(s for p in phrases for s, _ in actions(text, p))
+    for phrase in own:
+        for _, end in actions(text, phrase):
+            ends = [s for s in starts if s >= end] + [m.start() for m in _SENTENCE.finditer(text, end)]
+            yield phrase, text[end : min(ends, default=len(text))]
+
+
 def _governed(
     text: str, phrases: Iterable[str], own: Iterable[str], value: str, names: frozenset[str] | None
 ) -> list[tuple[str, list[str]]] | None:
@@ -126,20 +173,18 @@ def _governed(
     that follow it in its sentence up to the next action asked for (of any tool in ``phrases``):
     the first, and the ones after it joined by only list words or the words that led to the
     first ("delete *file* 130 and *file* 131"); "delete draft 131 and summarize 130" ends at
-    "summarize"."""
-    kind = _kind(value) or ("name" if names else None)
+    "summarize". A value with letters and no such shape (a hotel, a member) is governed by the
+    clause when ``names`` (the request's names, for a tool with this one party) holds one of its
+    words ("*book* Hotel Beta from May 13"), else by nothing the clause names."""
+    kind = _kind(value) or ("name" if names and _LETTER.search(value) else None)  # no phone's digits
     if kind is None:
         return None
-    starts = sorted(s for p in phrases for s, _ in actions(text, p))
     needle, found = normalise(value), []
-    for phrase in own:
-        for _, end in actions(text, phrase):
-            ends = [s for s in starts if s >= end] + [m.start() for m in _SENTENCE.finditer(text, end)]
-            span = text[end : min(ends, default=len(text))]
-            parties = _named(span, names or frozenset()) if kind == "name" else _parties(span, kind)
-            if not parties or any(contains_whole(p, needle) for p in parties):  # "www.x.com.They"
-                return None
-            found.append((phrase, parties))
+    for phrase, span in _spans(text, phrases, own):
+        parties = _named(span, names or frozenset()) if kind == "name" else _parties(span, kind)
+        if not parties or any(contains_whole(p, needle) for p in parties):  # "www.x.com.They"
+            return None
+        found.append((phrase, parties))
     return found or None
 
 
@@ -178,10 +223,11 @@ def _named(span: str, names: frozenset[str]) -> list[str]:
     return [span] if any(w in names for w in undated_words(span, _WORD)) else []
 
 
-_NUMBER = re.compile(r"\d+")
+_NUMBER, _LETTER = re.compile(r"\d+"), re.compile(r"[^\W\d_]")
 _TOKEN, _WORD = re.compile(r"\S+"), re.compile(r"[\w'’]+")
 _AROUND = "\"'“”‘’()[]<>{},;:!?#"
 _LIST_WORDS = frozenset({"and", "or", "also", "plus", "as", "well", "both", "either"})
+_RANGE = frozenset({"from", "to", "until", "till", "through", "thru", "between"})
 _SENTENCE = re.compile(r"[.!?;](?=\s|$)|\n")
 
 
