@@ -218,15 +218,20 @@ def _parties(span: str, kind: str) -> list[str]:
 
 
 def _named(span: str, names: frozenset[str]) -> list[str]:
-    """``span`` whole when it holds a word the request uses as a name (``request_names``: "book
-    *Hotel Beta* from May 13"), else nothing ("book it for May 13": a date names no party)."""
-    return [span] if any(w in names for w in undated_words(span, _WORD)) else []
+    """The part of ``span`` that names a party when it holds a word the request uses as a name
+    (``request_names``: "book *Hotel Beta* from May 13"), else nothing ("book it for May 13": a
+    month is no name). It ends where a comma or a joining word opens a clause on a word that is
+    no name: "book Le Baratin for May 14, 2024 *and check* the reviews of Chez Nous" names Le
+    Baratin only; "book Hotel Alpha and Hotel Beta" both."""
+    cut = next((m.start() for m in _JOIN.finditer(span) if m.group(1) not in names), len(span))
+    return [span[:cut]] if any(w in names for w in _WORD.findall(span[:cut])) else []
 
 
 _NUMBER, _LETTER = re.compile(r"\d+"), re.compile(r"[^\W\d_]")
 _TOKEN, _WORD = re.compile(r"\S+"), re.compile(r"[\w'’]+")
 _AROUND = "\"'“”‘’()[]<>{},;:!?#"
 _LIST_WORDS = frozenset({"and", "or", "also", "plus", "as", "well", "both", "either"})
+_JOIN = re.compile(r"(?:[,:]|\b(?:and|then|but|so|after|before|while)\b)\s+([^\W\d]['’\w]*)")
 _RANGE = frozenset({"from", "to", "until", "till", "through", "thru", "between"})
 _SENTENCE = re.compile(r"[.!?;](?=\s|$)|\n")
 
