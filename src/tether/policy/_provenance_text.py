@@ -225,8 +225,9 @@ def asks_for(text: str, phrase: str) -> bool:
     names a mail, "*send* the report" asks for one), nor the user or a source just after it
     ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages), nor
     does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
-    file?"; "can you *send* it?" is a request). A word the request only uses for something
-    else never asks for the effect."""
+    file?"; "can you *send* it?" is a request), nor is it refused ("*don't delete* anything",
+    "never send", "not to share"). A word the request only uses for something else never asks
+    for the effect."""
     return bool(actions(text, phrase))
 
 
@@ -242,7 +243,9 @@ def actions(text: str, phrase: str) -> list[tuple[int, int]]:
             continue
         if after is not None and after.group(1) in _NAMING_AFTER:
             continue
-        if not in_question(text, m.start(), m.end()):
+        near = ["", "", *_WORDS_BEFORE_ALL.findall(text, max(0, m.start() - 40), m.start())][-2:]
+        refused = _negates(near[1:]) or (near[1] == "to" and _negates(near[:1]))  # "don't / not to send"
+        if not in_question(text, m.start(), m.end()) and not refused:
             found.append(m.span())
     return found
 
