@@ -34,6 +34,7 @@ from tether.chokepoint._calls import (
     settle,
 )
 from tether.chokepoint._effects import run_effect
+from tether.chokepoint._index import Index, index_offers, listing_version, relisted
 from tether.chokepoint._labels import LABEL_KEYS, finish, memory_line, memory_origin
 from tether.core._names import folded
 from tether.core.messages import ToolCall, UserMessage
@@ -107,7 +108,8 @@ class HostCore:
         self.sources: list[ToolSource] = [self.local]
         self.disabled_sources: set[str] = set()
         self.disabled_memory: set[str] = set()
-        self._specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        self._specs: Index = {}
+        self._versions: dict[str, int] = {}  # each source's listing version when indexed
         self._started = False
 
     # -- wiring ---------------------------------------------------------------------------
@@ -148,29 +150,19 @@ class HostCore:
         return source
 
     async def start(self, tracer: Tracer | None = None) -> None:
-        """Start sources and index their tools. Two of the host's own tools sharing a name is a
-        ``ConfigError``; a server tool sharing a name with another tool is offered for neither."""
-        offers: dict[str, list[tuple[ToolSpec, ToolSource]]] = {}
+        """Start sources and index their tools (``chokepoint._index``)."""
         enabled = [s for s in self.sources if s.name not in self.disabled_sources]
         for source in enabled:
             if (launch := getattr(source, "launch", None)) is not None:
                 launch()  # servers connect concurrently; each start() below waits for its own
+        offers: list[tuple[ToolSource, Sequence[ToolSpec]]] = []
         for source in enabled:
             await source.start()
-            for spec in await source.list_tools():
-                offers.setdefault(spec.name, []).append((spec, source))
-        specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
-        for name, offered in offers.items():
-            kept = [(spec, source) for spec, source in offered if not hasattr(source, "refuse_offered_name")]
-            if len(kept) > 1:
-                raise ConfigError(f"tool {name!r} offered by two sources")
-            for spec, source in offered if len(offered) > 1 else ():
-                if (refuse := getattr(source, "refuse_offered_name", None)) is not None:
-                    refuse(spec, [s.name for _, s in offered])
-            if kept or len(offered) == 1:
-                specs[name] = (kept or offered)[0]
-        self._specs = specs
+            offers.append((source, await source.list_tools()))
+        self._specs = index_offers(offers)
+        self._versions = {s.name: listing_version(s) for s in enabled}
         self._started = True
+        specs = self._specs
         unchecked_targets = getattr(self.policy, "unchecked_targets", None)  # a duck-typed policy: none
         if unchecked_targets is not None and (unchecked := unchecked_targets([s for s, _ in specs.values()])):
             _log.warning(
@@ -180,9 +172,14 @@ class HostCore:
             )
 
     async def ensure_started(self) -> None:
-        """Start the host unless it is started: what every run entry point does first."""
+        """Start the host unless it is started: what every run entry point does first. A started
+        host lists again the tools of a source whose listing changed since it indexed them."""
         if not self._started:
             await self.start()
+            return
+        enabled = [s for s in self.sources if s.name not in self.disabled_sources]
+        if any(listing_version(s) != self._versions.get(s.name, 0) for s in enabled):
+            self._specs, self._versions = await relisted(self._specs, enabled, self._versions)
 
     async def aclose(self) -> None:
         for source in reversed(self.sources):

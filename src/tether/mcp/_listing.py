@@ -94,9 +94,22 @@ class PinnedListing:
         self.blocked: dict[str, str] = {}  # remote name -> why
         self.invalid: dict[str, str] = {}  # listed, but invalid (left out of the listing) -> why
         self.checks: list[ToolCheck] = []
+        self.version = 0  # bumped when what may be offered changes (and at each list-changed notice)
+
+    def _offerable(self) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            sorted((name, canonical_json(d)) for name, d in self.pinned.items() if name not in self.blocked)
+        )
 
     async def absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
-        """Compare a whole listing with the pins; ``invalid`` (name → why) are blocked regardless."""
+        """Compare a whole listing with the pins; ``invalid`` (name → why) are blocked regardless.
+        ``version`` is bumped when what may be offered changed (the host indexes it again)."""
+        before = self._offerable()
+        await self._absorb(tools, invalid)
+        if self._offerable() != before:
+            self.version += 1
+
+    async def _absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
         self.invalid = dict(invalid or {})
         definitions = []
         for tool in tools:

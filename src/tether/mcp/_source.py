@@ -236,6 +236,12 @@ class McpServerSource:
             self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._change_traced = True
         self._stale = True
+        self.listing.version += 1  # (the host lists them again before its next run)
+
+    @property
+    def listing_version(self) -> int:
+        """Bumped when the server says its tools changed or a listing changes what is offered."""
+        return self.listing.version
 
     def launch(self) -> None:
         """Begin connecting in the background (returns at once)."""

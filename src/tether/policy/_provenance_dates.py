@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tether.policy._provenance_mentions import refused
+from tether.policy._provenance_text import LIMITING
 from tether.policy._provenance_values import PARTY_DIGITS, unfold
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "figure",
     "figures",
     "is_currency",
+    "is_month",
     "numeral",
     "paid",
     "parse_date",
@@ -148,6 +150,11 @@ def date_mentions(text: str) -> list[DateMention]:
 
 
 _VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d", "%Y/%m/%d %H:%M")
+
+
+def is_month(word: str) -> bool:
+    """Whether ``word`` (lower case) names a month ("March", "Jan"): a date's word, no name's."""
+    return word in _MONTHS
 
 
 def parse_date(value: object) -> date | None:
@@ -441,7 +448,7 @@ def priced(text: str) -> list[tuple[float, str | None]]:
         code = named or (currency_code(currency.group(0)) if currency and not ahead else None)
         minor = _MINOR.match(folded, end)
         value *= (_MINOR_UNITS[minor.group(1)] if minor else 1.0) * _share_of(folded, sentence, m.start())
-        if refused(folded, m.start(), end) and not _LIMITING.intersection(preceding[-4:]):
+        if refused(folded, m.start(), end) and not LIMITING.intersection(preceding[-4:]):
             continue  # "pay 50 EUR, not the 500 EUR they ask": a sum the user turns down
         found.append((value, code, bool(code or cents or minor), sentence, preceding))
     stated = {sentence for _, _, marked, sentence, _ in found if marked}
@@ -471,25 +478,6 @@ def bounding(
     return min(each, key=max)
 
 
-# Words that make a refusal before a figure a limit on a sum ("no more than 100", "don't go over
-# 100", "not less than 50"), which states the figure, not a sum turned down.
-_LIMITING = frozenset(
-    [
-        "more",
-        "most",
-        "over",
-        "above",
-        "exceed",
-        "exceeds",
-        "exceeding",
-        "higher",
-        "greater",
-        "beyond",
-        "max",
-        "maximum",
-    ]
-)
-_LIMITING |= frozenset(["less", "least", "under", "below", "lower", "fewer", "min", "minimum"])
 # A figure's minor unit, written after it (with the currency they are a part of, or not): "50
 # cents", "20 euro cents", "75p", "50¢" state a hundredth of the figure, never the figure in
 # whole units (a payment of 50 is a hundred times "pay the 50 cents fee").

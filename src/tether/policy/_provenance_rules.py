@@ -34,7 +34,7 @@ from tether.policy._provenance_declarations import (
     rules_from_dict,
 )
 from tether.policy._provenance_elements import Pieces, judged_elements, outside_keys, pieces
-from tether.policy._provenance_fields import given_for_another
+from tether.policy._provenance_fields import dated_for_another, given_for_another
 from tether.policy._provenance_flow import (
     carried_records,
     confidential_flow,
@@ -354,7 +354,7 @@ class ProvenanceRules:
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
             elif USER in classes and (
                 other := given_for_another(
-                    index.user_text, self._rules_of(call.spec.name), rule, text, self.tools
+                    index.objective, self._rules_of(call.spec.name), rule, text, self.tools
                 )
             ):
                 out.worse(rule.otherwise, {"argument": arg, "problem": "given_for_another", "fields": other})
@@ -419,10 +419,9 @@ class ProvenanceRules:
         day = parse_date(case.element)
         if day is None:
             return _unreadable(rule, out, "not_a_date")
-        ok = False
-        if USER in rule.allow:
-            ok = any(m.matches(day) for m in index.request_dates)
-            ok = ok and (rule.same_day_as is not None or at_stated_time(index.objective, case.element))
+        elsewhere = dated_for_another(index.objective, self.tools, self._rules_of(call.spec.name), day)
+        ok = USER in rule.allow and not elsewhere and any(m.matches(day) for m in index.request_dates)
+        ok = ok and (rule.same_day_as is not None or at_stated_time(index.objective, case.element))
         named = {c.split(":", 1)[1] for c in rule.allow if c.startswith("named:")}
         if not ok and named:
             ok = day in index.named_dates(named)

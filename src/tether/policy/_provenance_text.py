@@ -25,10 +25,12 @@ __all__ = [
     "ALPHA_WORD",
     "BARE",
     "EXTENSION",
+    "LIMITING",
     "PLACEHOLDER",
     "STOP",
     "WORD",
     "Written",
+    "actions",
     "alnum_key",
     "as_written",
     "ascii_digits",
@@ -225,23 +227,25 @@ def asks_for(text: str, phrase: str) -> bool:
     names a mail, "*send* the report" asks for one), nor the user or a source just after it
     ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages), nor
     does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
-    file?"; "can you *send* it?" is a request). A word the request only uses for something
-    else never asks for the effect."""
+    file?"; "can you *send* it?" is a request), nor is it refused ("*don't delete* anything",
+    "never send", "not to share"). A word the request only uses for something else never asks
+    for the effect."""
+    return bool(actions(text, phrase))
+
+
+def actions(text: str, phrase: str) -> list[tuple[int, int]]:
+    """Where the (normalised) request ``text`` uses ``phrase`` as an action (``asks_for``)."""
     words = normalise(phrase)
-    if not words:
-        return False
-    for m in re.finditer(rf"(?<![\w'’-]){re.escape(words)}(?![\w'’-])", text):
-        before = _WORDS_BEFORE.findall(text[: m.start()])[-1:]
-        after = _WORDS_AFTER.match(text[m.end() :])
-        prior = before[0] if before else ""
-        if prior in _NAMING_BEFORE or prior.endswith(("'s", "’s")):
+    found: list[tuple[int, int]] = []
+    for m in re.finditer(rf"(?<![\w'’-]){re.escape(words)}(?![\w'’-])", text) if words else ():
+        near = ["", "", *_WORDS_BEFORE_ALL.findall(text, max(0, m.start() - 80), m.start())][-2:]
+        prior, after = near[1], (a.group(1) if (a := _WORDS_AFTER.match(text, m.end())) else "")
+        if prior in _NAMING_BEFORE or prior.endswith(("'s", "’s")) or after in _NAMING_AFTER:
             continue
-        if after is not None and after.group(1) in _NAMING_AFTER:
-            continue
-        if in_question(text, m.start(), m.end()):
-            continue
-        return True
-    return False
+        refused = (_negates(near[1:]) or (prior == "to" and _negates(near[:1]))) and after not in LIMITING
+        if not in_question(text, m.start(), m.end()) and not refused:  # "don't / not to send"
+            found.append(m.span())
+    return found
 
 
 def said(text: str, phrase: str) -> bool:
@@ -275,6 +279,9 @@ def _after_joiner(words: list[str]) -> list[str]:
     return words[cut:]
 
 
+# Words that make a refusal a limit ("no more than 100", "don't pay over 100", "not less than 50").
+_LIMIT_WORDS = "more most over above exceed exceeds exceeding higher greater beyond max maximum "
+LIMITING = frozenset((_LIMIT_WORDS + "less least under below lower fewer min minimum").split(" "))
 _NEGATION_WORDS = "not no never without nor neither cannot dont none nothing stop cancel avoid"
 _NEGATIONS = frozenset(_NEGATION_WORDS.split(" "))
 _NEGATING_PAIRS = frozenset([("rather", "than"), ("instead", "of")])
