@@ -417,7 +417,8 @@ class AgentLoop:
         return None
 
     async def _graceful_answer(self, stop: StopRun) -> str:
-        """One last turn without tools when affordable; otherwise the host answers."""
+        """One last turn without tools when affordable; otherwise the host answers. A last turn
+        that ended abnormally (cut, refused, paused) keeps its text; the stop's detail says how."""
         s, t = self.state, self.tracer
         refused = self._final_turn_refused()
         t.emit(
@@ -429,17 +430,16 @@ class AgentLoop:
         )
         if refused:
             return self._host_answer()
+        status = f"{stop.detail}. Tools are disabled. Answer now: state what you found, with its source"
         s.trajectory.append(
-            UserMessage(
-                f"<agent_status>\n{stop.detail}. Tools are disabled. Answer now: state what you found, "
-                "with its source, and what is still missing.\n</agent_status>",
-                "harness",
-            )
+            UserMessage(f"<agent_status>\n{status}, and what is still missing.\n</agent_status>", "harness")
         )
         try:
             response = await self._ask(tools_enabled=False, max_tokens=self.limits.final_turn_max_tokens)
         except StopRun:
             return self._host_answer()
+        if (cut := finish_problem(response)) is not None:
+            stop.detail += f"; the final turn: {cut[1]}"
         s.trajectory.append(AssistantMessage(content=response.message.content))
         return response.message.content or self._host_answer()
 
