@@ -16,7 +16,9 @@ What did not hold, fixed here and pinned below:
 Played and held (pinned): on SQLite and PostgreSQL, a worker stopped while a run's effect is
 under way (SIGTERM, and SIGTERM twice: the second cuts nothing) or while a model call is under
 way (SIGINT) lets that step finish, starts no other, exits 0; a new worker continues the run, each
-effect once and each model call once.
+effect once and each model call once. A run paused by the old release whose tool the new agent
+file declares with another effect (``delete`` for ``write``) or drops: the approval given for what
+the reviewer was shown is refused on resume (``effect_changed``) or meets no tool, never runs.
 """
 
 from __future__ import annotations
@@ -245,3 +247,61 @@ def test_a_ready_file_that_cannot_be_written_is_refused_before_the_start(tmp_pat
     code, lines, _ = _fake(tmp_path, tmp_path / "nowhere" / "worker.ready", stop_in_start=False)
     assert code != 0 and lines[-1]["error"] == "bad_ready_file", lines
     assert not any(line.get("starting") for line in lines)
+
+
+# -- config drift: the agent file changed under a paused run -----------------------------------
+
+
+def _drift(folder: Path, change: str) -> None:
+    """The agent file as the new release ships it: ``note`` declared anew (``delete`` for
+    ``write``), or removed from the file's tools."""
+    tools = folder / "tools.py"
+    if change == "effect":
+        text = tools.read_text()
+        marker = "@tool(effect=Effect.WRITE)\nasync def note"
+        assert marker in text
+        tools.write_text(text.replace(marker, "@tool(effect=Effect.DELETE)\nasync def note"))
+    else:
+        agent = folder / "agent.yaml"
+        agent.write_text(agent.read_text().replace(', {function: "tools:note"}', ""))
+
+
+@pytest.mark.parametrize("change", ["effect", "removed"])
+def test_an_approval_given_under_the_old_definition_authorises_no_other_effect(
+    url: str, tmp_path: Path, capsys: Any, change: str
+) -> None:
+    """A run paused by the old release for its ``note`` (a ``write``); the new release's agent
+    file declares ``note`` a ``delete`` (or drops it); the old worker drains, the new one starts
+    (on PostgreSQL the paused run is moved to it, as the guide says); the reviewer approves what
+    they were shown. The resume refuses the call (``effect_changed``) or finds no such tool: the
+    effect never happens, the approval stays as given, and the run ends."""
+    from test_rolling_upgrade import Operator, _write_version
+
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    try:
+        op.start("old")
+        run_id = op.submit()
+        op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+        _drift(tmp_path / "agent", change)
+        op.start("new")
+        assert op.signal("old", signal.SIGTERM) == 0
+        if not url.startswith("sqlite"):
+            moved = op.runs("move", run_id, "--to", "latest")
+            assert moved["from"] != moved["to"], moved
+        op.approve(run_id)
+        op.until("the run to end", lambda: op.status(run_id)[0] not in ("paused", "running", "queued"))
+        shown = op.runs("show", run_id)
+        assert [p["status"] for p in shown["proposals"]] == ["approved"]  # the approval, as given
+        problems = [(p["tool"], p["kind"], p["reason"]) for p in shown["problems"]]
+        if change == "effect":
+            assert shown["stop_reason"] == "approval_denied", shown
+            assert problems == [("note", "denied", "effect_changed")], shown
+        else:
+            assert problems == [("note", "rejected", "unknown tool 'note'")], shown
+        assert shown["status"] == "finished" and shown["effects"] == [], shown
+        assert op.lines("effects.log") == []  # the note never ran
+    finally:
+        op.stop()
