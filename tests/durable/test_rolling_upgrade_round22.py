@@ -19,6 +19,10 @@ way (SIGINT) lets that step finish, starts no other, exits 0; a new worker conti
 effect once and each model call once. A run paused by the old release whose tool the new agent
 file declares with another effect (``delete`` for ``write``) or drops: the approval given for what
 the reviewer was shown is refused on resume (``effect_changed``) or meets no tool, never runs.
+The release before's console (``UPGRADE_FROM``, as round 19) on the store today's ``db init``
+migrated, and today's console on a store the old worker still writes, both serve every page and
+API answer (200), list the same runs and proposals, and decide: each run resumed, effect once;
+``runs list``/``show`` and ``approvals list`` of both CLIs list runs of both releases alike.
 """
 
 from __future__ import annotations
@@ -304,4 +308,142 @@ def test_an_approval_given_under_the_old_definition_authorises_no_other_effect(
         assert shown["status"] == "finished" and shown["effects"] == [], shown
         assert op.lines("effects.log") == []  # the note never ran
     finally:
+        op.stop()
+
+
+# -- consoles of both releases while the deployment is upgraded ---------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Console:
+    """``tether serve`` of one release on the deployment, and a reviewer's API token for it."""
+
+    def __init__(self, src: Path, url: str, folder: Path, tag: str, *, resume_app: bool) -> None:
+        from test_rolling_upgrade_round6 import _env
+
+        users = folder / f"{tag}-users.db"
+        env = _env(src)
+        base = [sys.executable, "-m", "tether.cli", "users", "--db", str(users)]
+        add = [*base, "add", "rita", "--tenant", "acme", "--role", "reviewer", "--password-stdin"]
+        subprocess.run(
+            add, env=env, input=b"a-long-password-123\n", check=True, capture_output=True, cwd=folder
+        )
+        made = subprocess.run([*base, "token", "rita"], env=env, check=True, capture_output=True, cwd=folder)
+        self.token = next(
+            w for w in made.stdout.decode().split() if w.startswith("tether_") and w.count("_") >= 2
+        )
+        self.port = _free_port()
+        cmd = [
+            sys.executable, "-m", "tether.cli", "serve", "--db", url, "--users", str(users),
+            "--traces", str(folder / "agent" / "traces"), "--port", str(self.port),
+        ]  # fmt: skip
+        cmd += ["--resume-app", "agent-files"] if resume_app else []
+        log = (folder / f"console-{tag}.log").open("ab")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=folder)
+        deadline = time.monotonic() + 120
+        while self.get("/api/me")[0] != 200:
+            assert self.proc.poll() is None and time.monotonic() < deadline, (
+                folder / f"console-{tag}.log"
+            ).read_text()
+            time.sleep(0.2)
+
+    def get(self, path: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
+        import urllib.error
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode()
+        except OSError:
+            return 0, ""
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def old_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The release before (``UPGRADE_FROM``'s first commit, as round 19; skipped where absent)."""
+    from test_rolling_upgrade_round6 import old_tree
+    from test_rolling_upgrade_round19 import OLD_COMMITS
+
+    return old_tree(OLD_COMMITS[0], tmp_path_factory)
+
+
+def test_consoles_of_both_releases_serve_and_decide_while_workers_of_both_run(
+    url: str, tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """The release before's deployment and worker; runs paused under it; today's ``db init``;
+    the old console (on the migrated store) and today's serve beside an old worker and today's.
+    Every page and API answer of either console is 200 and lists the same runs and proposals;
+    decisions on either console resume the runs, each on its worker, each effect once."""
+    from test_rolling_upgrade import _write_version
+    from test_rolling_upgrade_round6 import NEW_SRC, Mixed
+
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Mixed(url, tmp_path, capsys, old_src)
+    consoles: dict[str, Console] = {}
+    try:
+        op.old_cli("db", "init", "--db", url)
+        op.start_on("old", old_src)
+        r1, r2 = op.old_submit(), op.old_submit()
+        op.until("the old runs to pause", lambda: op.status(r1, r2) == ["paused", "paused"])
+        op.cli("db", "init", "--db", url)
+        consoles = {
+            "old": Console(old_src, url, tmp_path, "old", resume_app=False),
+            "new": Console(NEW_SRC, url, tmp_path, "new", resume_app=True),
+        }
+        op.start_on("new", NEW_SRC)
+        r3 = op.submit()
+        op.until("today's run to pause", lambda: op.status(r3) == ["paused"])
+        seen: dict[str, Any] = {}
+        for tag, console in consoles.items():
+            for path in ("/approvals", "/runs", *(f"/runs/{r}" for r in (r1, r3))):
+                assert console.get(path)[0] == 200, (tag, path, console.get(path))
+            status, text = console.get("/api/approvals")
+            assert status == 200, (tag, text)
+            seen[tag] = sorted((p["run_id"], p["status"], p["effect"]) for p in json.loads(text)["proposals"])
+            status, text = console.get("/api/runs")
+            assert status == 200 and {r1, r2, r3} <= {r["run_id"] for r in json.loads(text)["runs"]}, text
+        assert seen["old"] == seen["new"] == sorted((r, "pending", "write") for r in (r1, r2, r3))
+        # The CLIs of both releases list the same, runs of either release in one listing.
+        assert {r["run_id"] for r in op.runs("list")["runs"]} >= {r1, r2, r3}
+        assert [op.runs("show", r)["status"] for r in (r1, r2, r3)] == ["paused"] * 3
+        for listed in (
+            op.cli("approvals", "list", "--db", url),
+            op.old_cli("approvals", "list", "--db", url),
+        ):
+            assert sorted(p["run"] for p in listed["proposals"]) == sorted([r1, r2, r3]), listed
+        proposals = json.loads(consoles["new"].get("/api/approvals")[1])["proposals"]
+        for tag, run_id in (("old", r1), ("new", r2), ("old", r3)):
+            [p] = [p for p in proposals if p["run_id"] == run_id]
+            status, text = consoles[tag].get(
+                f"/api/approvals/{p['id']}/approve", {"content_hash": p["content_hash"]}
+            )
+            assert status == 200 and json.loads(text)["status"] == "approved", (tag, text)
+        op.until("every run to finish", lambda: op.status(r1, r2, r3) == ["finished"] * 3)
+        assert Counter(r[0] for r in op.lines("effects.log")) == Counter([r1, r2, r3])
+        for console in consoles.values():
+            assert console.get(f"/api/runs/{r1}")[0] == console.get("/runs")[0] == 200
+    finally:
+        for console in consoles.values():
+            console.stop()
         op.stop()
