@@ -26,7 +26,7 @@ from tether.policy._trusted import TrustedContext
 from tether.runners._child_ids import child_run_id, subagent_run_id
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
-from tether.runners._spend import asked, fold, made, signed, within
+from tether.runners._spend import asked, fold, hand_down, made, signed, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -553,7 +553,7 @@ async def run_child(
                 host, agent, objective, context, run_id=run_id, request=request, inherited=inherited
             )
             loop.state.parent_run = parent.run_id
-            loop.state.handed_down = [len(inherited[0]), len(inherited[1])]
+            hand_down(parent, loop.state)
         loop.engine.outputs.share(shared)
         result = await loop.run()
     if result.stop_reason is StopReason.APPROVAL_REQUIRED:
