@@ -150,7 +150,6 @@ def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_bef
         observations=state.observations[observations_before:],
         calls=state.calls[calls_before:],
         trajectory=[],
-        memory=[],
     )
     return {
         "outcomes": [_outcome(o) for o in turn.outcomes],
@@ -183,6 +182,8 @@ def apply_turn(data: dict[str, Any], state: RunState) -> None:
         state.inherited_calls = list(appended.inherited_calls)
     if len(appended.inherited_observations) >= len(state.inherited_observations):
         state.inherited_observations = list(appended.inherited_observations)
+    # What its child runs recalled is the run's recall too (``fold``): kept beside what it recalls again.
+    state.memory += [record for record in appended.memory if record not in state.memory]
     state.pending = list(data["pending"])
 
 

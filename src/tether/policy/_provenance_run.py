@@ -36,6 +36,7 @@ from tether.policy._rules import HARNESS_SOURCE
 __all__ = [
     "ERROR",
     "REACHED",
+    "RECALLED",
     "SENT",
     "calls_before",
     "history",
@@ -43,6 +44,7 @@ __all__ = [
     "least_read",
     "make_labeler",
     "observation_segments",
+    "recalled_segments",
 ]
 
 
@@ -109,6 +111,29 @@ output): it is no more trusted than they are."""
 RELAYS_TRUST = "relays_trust"
 """Key of an observation's data naming the least trusted class of what it relays from outside
 the run (a subagent's answer: what its child run read, ``least_read``)."""
+
+
+RECALLED = "recalled_memory"
+"""The class of a claim the run recalled from memory (``RunState.memory``): text a store kept,
+which an earlier run's hook or an import may have taken from anyone's page, shown to the model
+as untrusted (``chokepoint._labels.memory_line``). Outside ``TRUST_ORDER``: no rule trusts it."""
+
+
+def recalled_segments(state: Any) -> list[Segment]:
+    """The claims the run recalled before its first call, one free-text segment each, of the
+    ``RECALLED`` class. The model read them as it reads a tool's text: a value one gives, or a
+    query, sum or lookup it chose, is text someone chose (``steering``, ``selected_by``)."""
+    found = []
+    for record in getattr(state, "memory", None) or []:
+        claim = getattr(record, "claim", None)
+        if not isinstance(claim, str) or not claim.strip():
+            continue
+        src = getattr(record, "source", None)
+        origin = f"{src.system}/{src.record}" if src is not None else "unknown"
+        rid = str(getattr(record, "id", "") or "")
+        label = SourceLabel("memory", origin, RECALLED, record_id=rid or None, call_id=f"memory:{rid}")
+        found.append(Segment(claim, normalise(claim), label, False))
+    return found
 
 
 def least_read(observations: Iterable[Any]) -> str | None:
@@ -179,8 +204,9 @@ def index_for(
     nothing, so what it returns is its own data even where it repeats an argument (a lookup
     by name returns the record under its name). ``targets(tool)``: the arguments that name the
     record a tool acts on (``Written.target``)."""
-    segments: list[Segment] = []
-    positions: list[int] = []
+    # What the run recalled from memory came before any tool ran: before every observation.
+    segments: list[Segment] = recalled_segments(state)
+    positions: list[int] = [-1] * len(segments)
     mine = list(own)
     # What the runs before it did (``RunState.inherited_*``: its parent's history when it started
     # this child run, a workflow's earlier nodes) is its history too, in the order observed.

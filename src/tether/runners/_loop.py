@@ -26,7 +26,7 @@ from tether.policy._trusted import TrustedContext
 from tether.runners._child_ids import child_run_id, subagent_run_id
 from tether.runners._interrupt import current_interrupt
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
-from tether.runners._spend import asked, fold, made, signed, within
+from tether.runners._spend import asked, fold, hand_down, made, signed, within
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -417,7 +417,8 @@ class AgentLoop:
         return None
 
     async def _graceful_answer(self, stop: StopRun) -> str:
-        """One last turn without tools when affordable; otherwise the host answers."""
+        """One last turn without tools when affordable; otherwise the host answers. A last turn
+        that ended abnormally (cut, refused, paused) keeps its text; the stop's detail says how."""
         s, t = self.state, self.tracer
         refused = self._final_turn_refused()
         t.emit(
@@ -429,17 +430,16 @@ class AgentLoop:
         )
         if refused:
             return self._host_answer()
+        status = f"{stop.detail}. Tools are disabled. Answer now: state what you found, with its source"
         s.trajectory.append(
-            UserMessage(
-                f"<agent_status>\n{stop.detail}. Tools are disabled. Answer now: state what you found, "
-                "with its source, and what is still missing.\n</agent_status>",
-                "harness",
-            )
+            UserMessage(f"<agent_status>\n{status}, and what is still missing.\n</agent_status>", "harness")
         )
         try:
             response = await self._ask(tools_enabled=False, max_tokens=self.limits.final_turn_max_tokens)
         except StopRun:
             return self._host_answer()
+        if (cut := finish_problem(response)) is not None:
+            stop.detail += f"; the final turn: {cut[1]}"
         s.trajectory.append(AssistantMessage(content=response.message.content))
         return response.message.content or self._host_answer()
 
@@ -553,7 +553,7 @@ async def run_child(
                 host, agent, objective, context, run_id=run_id, request=request, inherited=inherited
             )
             loop.state.parent_run = parent.run_id
-            loop.state.handed_down = [len(inherited[0]), len(inherited[1])]
+            hand_down(parent, loop.state)
         loop.engine.outputs.share(shared)
         result = await loop.run()
     if result.stop_reason is StopReason.APPROVAL_REQUIRED:

@@ -59,15 +59,25 @@ def within(own: Limits, parent: RunState, bound: Limits) -> Limits | None:
     )
 
 
+def hand_down(parent: RunState, child: RunState) -> None:
+    """What a new child run starts with beside the history it was handed: how much of it was
+    handed (``RunState.handed_down``), and what its parent recalled from memory, which the task
+    it was given may carry (``recalled_segments``)."""
+    child.handed_down = [len(child.inherited_observations), len(child.inherited_calls)]
+    child.memory = [*parent.memory, *child.memory]
+
+
 def fold(parent: RunState, child: RunState, result: RunResult) -> None:
     """What an ended child run did and spent is its parent's too, with what its own child runs
     did (folded into its inherited history after what it was handed) and spent: a helper's
-    helper's payment counts, and so do its model calls."""
+    helper's payment counts, and so do its model calls. What it recalled from memory the parent
+    read through its answer: it is the parent's recall too (``recalled_segments``)."""
     handed = child.handed_down
     if len(handed) != 2:
         handed = [len(child.inherited_observations), len(child.inherited_calls)]
     parent.inherited_observations += [*child.inherited_observations[handed[0] :], *result.observations]
     parent.inherited_calls += [*child.inherited_calls[handed[1] :], *result.calls]
+    parent.memory += [record for record in child.memory if record not in parent.memory]
     parent.llm_calls += result.llm_calls
     parent.usage = parent.usage + result.usage
     parent.cost_usd += result.cost_usd

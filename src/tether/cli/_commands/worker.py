@@ -8,6 +8,7 @@ continues its runs from their last step). Events go to stderr, one JSON object a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,11 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
+    p.add_argument(
+        "--ready-file",
+        help="a file that exists while the worker takes runs (an orchestrator's readiness probe):"
+        " written once it serves, removed when it drains or stops; a stale one is removed at start",
+    )
     add_json(p, "start-up failures as one JSON object on stdout (its last line); the ready line is JSON")
     add_otel_flags(p)
     p.set_defaults(handler=run)
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         init=args.init,
         grace_s=args.grace,
     )
-    return _work(Worker, config, as_json=args.json)
+    return _work(Worker, config, as_json=args.json, ready_file=args.ready_file)
 
 
 def _serve_apps(
@@ -109,8 +115,12 @@ def _serve_apps(
     return tuple(served)
 
 
-def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) -> int:
-    """Start the worker, say it is ready, and serve until SIGINT/SIGTERM."""
+def _work(
+    worker_class: type[Worker], config: WorkerConfig, *, as_json: bool, ready_file: str | None = None
+) -> int:
+    """Start the worker, say it is ready, and serve until SIGINT/SIGTERM. ``ready_file`` exists
+    only while the worker takes runs: never before its start (a stale one, left by a worker killed
+    -9, goes first), nor once a stop was asked (during its start too) or its drain began."""
     import signal
     import threading
 
@@ -121,6 +131,12 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     configure_stderr()  # one JSON object a line on stderr: run claimed, paused, finished, ...
+    readiness = _Readiness(ready_file)
+    try:
+        readiness.prepare()
+    except OSError as err:
+        why = f"--ready-file {ready_file}: {err}"
+        return fail("tether worker", why, as_json=as_json, error="bad_ready_file")
 
     try:
         worker = worker_class(config).start()
@@ -140,14 +156,17 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
     outdated: threading.Event = getattr(worker, "outdated", None) or threading.Event()
     ready = {"worker": worker.executor_id, "apps": list(config.apps), "concurrency": config.concurrency}
     ready["ready"] = True
-    emit_json(ready, exit=0)
     try:
+        if not stop.is_set():  # a stop asked while it started: it drains at once, never said ready
+            readiness.mark(ready)
+            emit_json(ready, exit=0)
         # Woken twice a second: a signal the kernel gives one of the worker's other threads only
         # flags it for the main thread, which an untimed wait would never notice (the worker
         # ignored SIGTERM for good).
         while not stop.wait(0.5) and not outdated.is_set():
             pass
     finally:
+        readiness.clear_quietly()  # before the drain: an orchestrator sends no more work its way
         worker.stop()
         if meters is not None:
             meters.shutdown()
@@ -156,6 +175,42 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
         why = "a later release migrated the deployment past this one (schema_too_new): run its workers"
         return fail("tether worker", why, as_json=as_json, error="schema_too_new")
     return 0
+
+
+class _Readiness:
+    """The ``--ready-file``: written whole (a temporary file renamed over it) or not at all."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def prepare(self) -> None:
+        """Before the start: a stale file goes, and the folder is shown writable (``OSError``)."""
+        if self.path is not None:
+            self.clear()
+            temporary = f"{self.path}.{os.getpid()}.tmp"  # never the file itself: a probe reads it
+            open(temporary, "w").close()
+            os.unlink(temporary)
+
+    def mark(self, ready: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        import json
+
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(json.dumps({**ready, "pid": os.getpid()}, sort_keys=True) + "\n")
+        os.replace(temporary, self.path)
+
+    def clear(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+    def clear_quietly(self) -> None:
+        try:
+            self.clear()
+        except OSError as err:  # the stop goes on; the operator is told why the file stayed
+            print(f"tether worker: --ready-file {self.path} not removed: {err}", file=sys.stderr)
 
 
 def _exit_past_stuck_threads(wait_s: float = 5.0, *, code: int = 0) -> None:
