@@ -359,7 +359,13 @@ async def test_an_injected_event_padded_with_request_words_is_denied_and_the_use
         call("add_event", title="Lunch", day="2024-05-19 12:00", description="Catch up"),  # the user's
     )
     assert world.received == [("add_event", {"title": "Lunch", "day": "2024-05-19 12:00"})]
-    assert problems(result) == ["untrusted_origin", "untrusted_origin", "date_not_requested"]
+    # The padded event at 09:00 is also at a time the request does not state (round 47).
+    assert problems(result) == [
+        "untrusted_origin",
+        "untrusted_origin",
+        "date_not_requested",
+        "date_not_requested",
+    ]
 
 
 async def test_links_with_any_tld_disguised_or_unicode_are_refused_and_the_users_link_passes() -> None:

@@ -28,6 +28,12 @@ A party's number is chosen only whole (``piece_of_number``): the groups ``20 794
 user's ``+44 20 7946 0958``, or ``3704 0044 0532 0130 00`` of a grouped IBAN, stand in the
 request on word boundaries, but a phone or a bank given them reaches another party.
 
+An option's phrase ("edit", "monthly") chooses the option only where it is not negated, refused
+or asked about, nor the user's own act ("so he can review it before *I edit* it": a first-person
+subject before it, auxiliaries between), nor an action asked of the agent ("*edit* the report,
+then share it": it opens its clause with no word of a permission after it, as "edit access" has),
+nor part of a longer word ("non-recurring" chooses nothing recurring) (``chooses_option``).
+
 A name the request also mentions in a way that chooses it stays the user's; a value the request
 holds in no whole-word mention is left as the caller traced it.
 """
@@ -37,10 +43,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tether.policy._provenance_text import alnum_key, contains_whole, in_question
+from tether.policy._provenance_labels import normalise
+from tether.policy._provenance_text import alnum_key, contains_whole, in_question, negated
 from tether.policy._provenance_values import find_handles, find_numbers
 
-__all__ = ["chosen_in_request", "piece_of_number", "placed", "refused"]
+__all__ = ["chooses_option", "chosen_in_request", "piece_of_number", "placed", "refused"]
 
 _REFUSAL_WORDS = "not no never without nor neither cannot dont none avoid avoiding except excluding exclude "
 _REFUSAL_WORDS += "skip ignore hate hated hates dislike disliked dislikes unlike besides"
@@ -202,3 +209,40 @@ def _covered_by(text: str, needle: str, longer: Iterable[str]) -> list[tuple[int
 
 def _inside(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
     return any(s <= start and end <= e for s, e in spans)
+
+
+# Words before an option's phrase that make it the user's own act: a first-person subject, with
+# only auxiliaries and adverbs between ("before I edit it", "so we can edit it", "I want to edit").
+_FIRST_PERSON_WORDS = "i we i'll we'll i'm we're i'd we'd i've we've let's"
+_FIRST_PERSON = frozenset(_FIRST_PERSON_WORDS.split(" "))
+_AUXILIARY = "can could will would shall should may might must to need needs want wants have has had "
+_AUXILIARY += "am is are was were be going also still then just first later myself ourselves"
+_AUXILIARIES = frozenset(_AUXILIARY.split(" "))
+# Words that may open a clause before the action it asks for ("and then please edit it").
+_OPENING_WORDS = "please kindly also then and so but now first just next finally"
+_OPENING = frozenset(_OPENING_WORDS.split(" "))
+# Words after a phrase that make it a permission granted ("edit access", "editing rights").
+_GRANT_WORDS = "access right rights permission permissions privilege privileges mode role"
+_GRANTS = frozenset(_GRANT_WORDS.split(" "))
+
+
+def chooses_option(user_text: str, phrase: str) -> bool:
+    """Whether the (normalised) request chooses the option ``phrase`` names at some mention of it
+    (see the module docstring)."""
+    words = normalise(phrase)
+    for start, end in _mentions(user_text, words) if words else []:
+        if negated(user_text, start) or _refused(user_text, start, end) or in_question(user_text, start, end):
+            continue
+        clause = _WORD.findall(
+            user_text, max((m.end() for m in _CLAUSE_END.finditer(user_text, 0, start)), default=0), start
+        )
+        subject = [w.replace("’", "'") for w in clause]
+        while subject and subject[-1] in _AUXILIARIES:
+            subject.pop()
+        if subject and subject[-1] in _FIRST_PERSON:
+            continue  # the user's own act
+        after = _WORD.match(user_text[end:].lstrip())
+        if all(w in _OPENING for w in clause) and (after is None or after.group(0) not in _GRANTS):
+            continue  # an action asked of the agent
+        return True
+    return False

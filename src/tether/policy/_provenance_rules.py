@@ -54,6 +54,7 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
+from tether.policy._provenance_mentions import chooses_option
 from tether.policy._provenance_paid import (
     amount_defaults,
     as_received,
@@ -67,6 +68,7 @@ from tether.policy._provenance_paid import (
 from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
 from tether.policy._provenance_schema import inline_refs
 from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, shown, unfolded
+from tether.policy._provenance_times import at_stated_time
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -323,7 +325,7 @@ class ProvenanceRules:
         elif rule.role == "option":
             encoded = json.dumps(element)
             phrases = rule.requested_by.get(encoded, ())
-            if encoded not in rule.safe and not any(_phrase_in(index, p) for p in phrases):
+            if encoded not in rule.safe and not any(chooses_option(index.user_text, p) for p in phrases):
                 out.worse(
                     rule.otherwise, {"argument": arg, "problem": "option_not_requested", "value": element}
                 )
@@ -419,6 +421,7 @@ class ProvenanceRules:
             return _unreadable(rule, out, "not_a_date")
         elsewhere = dated_for_another(index.objective, self.tools, self._rules_of(call.spec.name), day)
         ok = USER in rule.allow and not elsewhere and any(m.matches(day) for m in index.request_dates)
+        ok = ok and (rule.same_day_as is not None or at_stated_time(index.objective, case.element))
         named = {c.split(":", 1)[1] for c in rule.allow if c.startswith("named:")}
         if not ok and named:
             ok = day in index.named_dates(named)
@@ -561,10 +564,6 @@ def _no_better(trust: str, classes: frozenset[str]) -> bool:
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
-def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
-    return said(index.user_text, phrase)
-
-
 def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool) -> bool:
     """Whether the request asks for the tool's effect through one of its ``requested_by``
     phrases. For a tool with arguments the phrases name its action ("send", "share", "add"),
@@ -573,7 +572,7 @@ def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool)
     mail"), which counts wherever it stands. A tool that declares no phrase is never asked."""
     if has_arguments:
         return any(asks_for(index.user_text, p) for p in rules.requested_by)
-    return any(_phrase_in(index, p) for p in rules.requested_by)
+    return any(said(index.user_text, p) for p in rules.requested_by)
 
 
 class ProvenancePolicy(Policy):

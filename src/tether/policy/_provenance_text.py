@@ -42,6 +42,7 @@ __all__ = [
     "in_question",
     "made_of",
     "name_forms",
+    "negated",
     "occurrences",
     "party_key",
     "pieced",
@@ -255,14 +256,14 @@ def said(text: str, phrase: str) -> bool:
     standing order", "I do not want anything recurring" and "cancel the standing order" choose
     no standing order."""
     words = normalise(phrase)
-    if not words:
-        return False
-    for m in re.finditer(rf"(?<!\w){re.escape(words)}(?!\w)", text):
-        opening = max((c.end() for c in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
-        before = _WORDS_BEFORE_ALL.findall(text, opening, m.start())[-_NEGATION_REACH:]
-        if not _negates(_after_joiner(before)):
-            return True
-    return False
+    pattern = rf"(?<!\w){re.escape(words)}(?!\w)"
+    return bool(words) and any(not negated(text, m.start()) for m in re.finditer(pattern, text))
+
+
+def negated(text: str, start: int) -> bool:
+    """Whether a negation governs the word at ``start`` of the (normalised) ``text`` (``said``)."""
+    opening = max((c.end() for c in _CLAUSE_END.finditer(text, 0, start)), default=0)
+    return _negates(_after_joiner(_WORDS_BEFORE_ALL.findall(text, opening, start)[-_NEGATION_REACH:]))
 
 
 def _negates(words: list[str]) -> bool:
