@@ -11,7 +11,6 @@ before anything runs), ``call_turn`` / ``call`` and ``recall``. One call goes, i
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,7 +26,9 @@ from tether.chokepoint._calls import (
     Harness,
     Turn,
     checkpoint_pause,
+    crash_observation,
     crash_text,
+    error_output,
     record_denial,
     record_observation,
     record_rejection,
@@ -39,7 +40,7 @@ from tether.chokepoint._labels import LABEL_KEYS, finish, memory_line, memory_or
 from tether.core._names import folded
 from tether.core.messages import ToolCall, UserMessage
 from tether.core.types import GateOutcome, Observation
-from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
+from tether.errors import ApprovalError, ConfigError, PolicyError, ToolError
 from tether.policy._approvals import idempotency_key
 from tether.policy._intake import check_arguments, parse_arguments
 from tether.policy._provenance_schema import declared_received
@@ -53,7 +54,7 @@ from tether.policy._rules import (
 )
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
-from tether.tools._contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
+from tether.tools._contract import Tool, ToolContext, ToolSpec, unwrap_exception_group
 from tether.tools._source import LocalTools, ToolSource
 from tether.trace._events import EventKind
 from tether.trace._sanitize import Redactor
@@ -482,7 +483,7 @@ class HostCore:
                 turn.unsettled_errors.append(err)
                 return
         else:
-            obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness)
+            obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness, t)
         # What the tool received (it may have acted on it): as its validators left the arguments.
         received = o.arguments if harness is not None else self._received(o.spec, o.arguments) or o.arguments
         if crash is not None:
@@ -504,7 +505,7 @@ class HostCore:
             key = idempotency_key(s.run_id, s.steps, attempt, spec.name, arguments)
 
         async def run(context: ToolContext) -> Executed:
-            return await self._run_tool(spec, arguments, context)
+            return await self._run_tool(spec, arguments, context, tracer=scope.tracer)
 
         def relabel(obs: Observation) -> Observation:  # a result replayed from the ledger
             return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler)
@@ -535,10 +536,16 @@ class HostCore:
         return list({id(b): b for b in found}.values())
 
     async def _run_tool(
-        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        context: ToolContext,
+        harness: Harness | None = None,
+        tracer: Tracer | None = None,
     ) -> Executed:
         """The one place a tool runs (a harness tool of the run, or a source's tool), then
-        ``labels.finish``. Recoverable failures become error observations; a programming error is
+        ``labels.finish``. Recoverable failures become error observations (a timed-out call whose
+        thread runs on is traced late on ``tracer`` when it ends); a programming error is
         returned as the second value so the caller can end the run loudly."""
         if harness is not None:
             obs, crash = await harness.execute(spec, arguments, context)
@@ -555,12 +562,12 @@ class HostCore:
         except BaseExceptionGroup as group:
             leaf = unwrap_exception_group(group)
             if not isinstance(leaf, ToolError):
-                return _crash(spec, source, now, leaf), leaf
-            output = _error_output(leaf)
+                return crash_observation(spec, source.name, now, leaf), leaf
+            output = error_output(leaf, tracer, context.call_id, spec.name)
         except ToolError as err:
-            output = _error_output(err)
+            output = error_output(err, tracer, context.call_id, spec.name)
         except Exception as err:
-            return _crash(spec, source, now, err), err
+            return crash_observation(spec, source.name, now, err), err
         # The labels are the host's alone: a source's output that carries them is not believed.
         meta = {k: v for k, v in output.meta.items() if k not in LABEL_KEYS}
         meta.update(truncated=output.truncated, **({"rate_wait_s": waited} if waited else {}))
@@ -576,22 +583,3 @@ class HostCore:
             meta=meta,
         )
         return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler), None
-
-
-def _error_output(err: ToolError) -> ToolOutput:
-    meta = {"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})}
-    text = json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True)
-    return ToolOutput(text, err.to_result(), is_error=True, error_kind=err.kind, meta=meta)
-
-
-def _crash(spec: ToolSpec, source: ToolSource, now: datetime, err: BaseException) -> Observation:
-    return Observation(
-        "",
-        spec.name,
-        source.name,
-        now,
-        "internal error",
-        is_error=True,
-        error_kind="internal_error",
-        meta={"exception": f"{type(err).__name__}: {err}"},
-    )

@@ -8,7 +8,9 @@ recording denials and observations, and approval settlement against the store.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +24,12 @@ from tether.core._imports import raised_at
 from tether.core.messages import ToolMessage
 from tether.core.stop import StopReason
 from tether.core.types import Decision, GateOutcome, Observation, ToolCall, Trust
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, DependencyUnavailable, ToolError
 from tether.policy._intake import Proposal, content_hash
 from tether.policy._store import AUTOMATIC_APPROVAL
 from tether.runs._checkpoint import state_to_json
 from tether.runs._values import CallRecord, RunState
-from tether.tools._contract import ToolContext, ToolSpec
+from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
 
 if TYPE_CHECKING:
@@ -39,7 +41,9 @@ __all__ = [
     "Harness",
     "Turn",
     "checkpoint_pause",
+    "crash_observation",
     "crash_text",
+    "error_output",
     "record_denial",
     "record_observation",
     "record_rejection",
@@ -140,6 +144,47 @@ def crash_text(crash: BaseException) -> str:
     return f"{type(crash).__name__}: {crash}{raised_at(crash)}"
 
 
+# -- a tool's failure as the model reads it ------------------------------------------------------
+
+
+def error_output(err: ToolError, tracer: Any = None, call_id: str = "", tool: str = "") -> ToolOutput:
+    """A recoverable tool error as the result the model reads. A call that timed out while its
+    thread runs on (``TimedOut.late``: a plain function's) is traced on ``tracer`` when that thread
+    ends (``_late_ended``); what it returns then is dropped."""
+    meta = {"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})}
+    text = json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True)
+    if (late := getattr(err, "late", None)) is not None and tracer is not None:
+        late.when_done(functools.partial(_late_ended, tracer, call_id, tool))
+    return ToolOutput(text, err.to_result(), is_error=True, error_kind=err.kind, meta=meta)
+
+
+def _late_ended(tracer: Any, call_id: str, tool: str, outcome: str) -> None:
+    """A timed-out call's thread has ended (on the run's event loop): a ``tool_error`` event
+    ``late_result_discarded`` while its run is still open; nothing once it has stopped."""
+    events = getattr(tracer, "events", None)
+    if not events or events[-1].kind is EventKind.STOP:
+        return
+    message = f"{tool} {outcome} after its timeout; its result was discarded"
+    with contextlib.suppress(ValueError):  # (a trace file closed meanwhile)
+        tracer.emit(
+            EventKind.TOOL_ERROR, tool=tool, call_id=call_id, error="late_result_discarded", message=message
+        )
+
+
+def crash_observation(spec: ToolSpec, source: str, now: datetime, err: BaseException) -> Observation:
+    """What is kept of a tool's programming error (the run ends on it; the model never reads it)."""
+    return Observation(
+        "",
+        spec.name,
+        source,
+        now,
+        "internal error",
+        is_error=True,
+        error_kind="internal_error",
+        meta={"exception": f"{type(err).__name__}: {err}"},
+    )
+
+
 # -- recording (one place for every runner) ---------------------------------------------------
 
 
@@ -183,6 +228,7 @@ def record_observation(tracer: Any, state: RunState, obs: Observation, arguments
         chars=len(obs.text),
         truncated=bool(obs.meta.get("truncated")),
         **({"cleaned": obs.meta["cleaned"]} if obs.meta.get("cleaned") else {}),
+        **({"timed_out": True} if obs.meta.get("timed_out") else {}),
     )
 
 

@@ -15,7 +15,13 @@ from tether.tools._contract import ToolContext, ToolSpec
 if TYPE_CHECKING:
     from tether.policy._approvals import Approvals
 
-__all__ = ["ToolCrashed", "observation_from_result", "result_from_observation", "run_effect"]
+__all__ = [
+    "OutcomeUnknown",
+    "ToolCrashed",
+    "observation_from_result",
+    "result_from_observation",
+    "run_effect",
+]
 
 
 class ToolCrashed(Exception):
@@ -25,6 +31,17 @@ class ToolCrashed(Exception):
         super().__init__(str(error))
         self.observation = observation
         self.error = error
+
+
+class OutcomeUnknown(Exception):
+    """A side-effecting call that ended before its tool did (``outcome_unknown`` in its
+    observation's meta: a plain function past its ``timeout_s``, its thread still running): the
+    effect may yet happen. The ledger leaves it to be reconciled, as for a call that raised; the
+    model reads the observation."""
+
+    def __init__(self, observation: Observation) -> None:
+        super().__init__(observation.text)
+        self.observation = observation
 
 
 def result_from_observation(obs: Observation) -> dict[str, Any]:
@@ -73,8 +90,9 @@ async def run_effect(
 ) -> tuple[Observation, BaseException | None]:
     """Execute one side-effecting call at most once: ``run`` runs only if the ledger has no
     outcome for its key. Returns the observation (replayed or reconciled ones passed through
-    ``finish``) and a programming error if the tool crashed. Raises ``ApprovalError`` when the
-    outcome is unknown or another process holds the call too long."""
+    ``finish``) and a programming error if the tool crashed. A call whose tool runs on past its
+    end (``OutcomeUnknown``) returns its observation, its ledger entry left to be reconciled.
+    Raises ``ApprovalError`` when the outcome is unknown or another process holds the call too long."""
     key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
     ctx = replace(context, idempotency_key=key)
 
@@ -84,6 +102,8 @@ async def run_effect(
         obs, crash = await run(ctx)
         if crash is not None:
             raise ToolCrashed(obs, crash)
+        if obs.meta.get("outcome_unknown"):
+            raise OutcomeUnknown(obs)
         fresh.append(obs)
         return result_from_observation(obs)
 
@@ -105,6 +125,9 @@ async def run_effect(
         )
     except ToolCrashed as crashed:
         return replace(crashed.observation, call_id=context.call_id), crashed.error
+    except OutcomeUnknown as unknown:  # the ledger holds it as reconciling: never claimed done
+        obs = unknown.observation
+        return replace(obs, call_id=context.call_id, meta={**obs.meta, "idempotency_key": key}), None
     if fresh and not outcome.replayed:
         obs = fresh[0]  # this call ran now: keep the host's own observation (labels, truncation)
     else:

@@ -26,7 +26,6 @@ from typing import (
     overload,
 )
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from typing_extensions import ParamSpec, TypeVar, Unpack
@@ -35,9 +34,10 @@ from tether.core._problems import validation_problems
 from tether.core._schema import UnusableSchema, check_arguments, compile_schema
 from tether.core.stop import cancel_after
 from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
-from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+from tether.errors import PolicyError, ToolError, ToolInputError
 from tether.tools._docstring import split_docstring
 from tether.tools._received import as_data
+from tether.tools._threads import TimedOut, run_in_thread
 
 __all__ = [
     "Effect",
@@ -419,18 +419,17 @@ class Tool(Generic[P, T]):
         try:
             if self.inline:
                 value = fn(*args, **kwargs)  # declared non-blocking: no thread, no cancel scope
+            elif not self._is_async:
+                # A thread cannot be stopped: past ``timeout_s`` the call ends, the thread runs on.
+                call = functools.partial(fn, *args, **kwargs)
+                value = await run_in_thread(self.name, self.function, call, self.spec.timeout_s)
             else:
                 with cancel_after(self.spec.timeout_s) as deadline:
-                    if self._is_async:
-                        value = await fn(*args, **kwargs)
-                    else:
-                        value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                    value = await fn(*args, **kwargs)
                 if deadline.cancelled_caught:
-                    raise TimeoutError
-        except TimeoutError:
-            raise UpstreamError(
-                f"{self.name} timed out after {self.spec.timeout_s:g}s", hint="try again later"
-            ) from None
+                    raise TimedOut(self.name, self.spec.timeout_s)
+        except TimeoutError:  # the function's own (a socket's): the call failed, as ever
+            raise TimedOut(self.name, self.spec.timeout_s) from None
         except BaseExceptionGroup as group:
             raise unwrap_exception_group(group) from None
         text, data = _rendered(value)

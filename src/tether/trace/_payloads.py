@@ -119,6 +119,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "chars": int,
         "truncated": bool,
         "cleaned": dict[str, Any],  # hidden characters removed, markup neutralised (tether.mcp._clean)
+        "timed_out": bool,  # the call ran past its tool's timeout_s (a thread's may still end later)
     },
     EventKind.TOOL_ERROR: {"tool": Required[str], "error": Required[str], "call_id": str, "message": str},
     EventKind.TOOL_CRASHED: {"tool": Required[str], "error": Required[str]},
