@@ -131,7 +131,15 @@ def _notes(args: argparse.Namespace, *, has_users: bool) -> None:
             " (--resume-app agent-files for runs started from agent files)",
             file=sys.stderr,
         )
-    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    print(f"tether console on {listening_url(args.host, args.port)}", file=sys.stderr, flush=True)
+
+
+def listening_url(host: str, port: int) -> str:
+    """The URL a browser opens for the console bound to ``host``: an IPv6 address in brackets
+    (``http://[::1]:8700/``; bare, its port would read as part of it), a zone's ``%`` as ``%25``."""
+    if ":" in host and not host.startswith("["):
+        host = "[" + host.replace("%", "%25") + "]"
+    return f"http://{host}:{port}/"
 
 
 def _resume_apps(args: argparse.Namespace) -> list[str]:
