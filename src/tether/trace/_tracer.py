@@ -381,6 +381,16 @@ def _now() -> str:
     return f"{known[1]}.{micro:06d}+00:00"
 
 
+def _clean_text(value: str, redactor: Redactor) -> str:
+    """A traced string field's value: credential-named keys of JSON text redacted, secrets
+    redacted, then escaped (``sanitize``)."""
+    if value[:1] in JSON_OPENERS:  # a call's arguments as JSON text
+        value = redact_keyed_text(value, redactor)
+    if redactor.has_secrets():
+        value = redactor.text(value)
+    return sanitize(value)
+
+
 def _strict_from_env() -> bool:
     return os.environ.get("TETHER_TRACE_STRICT", "").lower() in ("1", "true", "yes")
 
@@ -434,11 +444,15 @@ class Tracer:
         if type(kind) is not EventKind:
             kind = EventKind(kind)
         declared = FIELDS[kind]
+        secretish = _SECRETISH  # a declared field's name: known once
         if not declared.issuperset(data):
             data = self._undeclared(kind, data, declared)
+            secretish = frozenset(
+                k for k in data if k in _SECRETISH or (k not in _PLAIN and self.redactor.is_secret_key(k))
+            )
         if "arguments" in data and self.redactor.declared(data.get("tool")):
             self.redactor.learn(data["tool"], data["arguments"])
-        clean = self._clean(data)
+        clean = self._clean(data, secretish)
         if self.strict:
             check_payload(kind, clean)
         events = self.events  # ``last_seq``, inline: once per event
@@ -458,29 +472,30 @@ class Tracer:
             if flush is not None:
                 flush()
 
-    def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
-        # The common cases inline: numbers need nothing, a printable string only redaction.
+    def _clean(self, data: dict[str, Any], secretish: frozenset[str]) -> dict[str, Any]:
+        """``data`` (the emit's own keyword mapping, never the caller's) sanitised and redacted in
+        place: a value is stored again only where it changes (most never do). The common cases
+        inline: a printable string without a backslash, JSON opener or secret is kept as it is,
+        an integer, a bool, None and a finite float as they are."""
         redactor = self.redactor
-        redact = redactor.text if redactor.has_secrets() else None
-        out: dict[str, Any] = {}
+        plain = not redactor.has_secrets()
         for key, value in data.items():
             kind = type(value)
-            if kind is int or kind is bool or value is None:
-                out[key] = value
+            if kind is str:
+                if key in secretish:
+                    data[key] = REDACTED
+                elif not (
+                    plain and value.isprintable() and "\\" not in value and value[:1] not in JSON_OPENERS
+                ):
+                    data[key] = _clean_text(value, redactor)
+            elif kind is int or kind is bool or value is None:
+                continue
             elif kind is float:
-                out[key] = finite(value)
-            elif kind is str:
-                if key in _SECRETISH or (key not in _PLAIN and redactor.is_secret_key(key)):
-                    out[key] = REDACTED
-                    continue
-                if value[:1] in JSON_OPENERS:  # a call's arguments as JSON text
-                    value = redact_keyed_text(value, redactor)
-                if redact is not None:
-                    value = redact(value)
-                out[key] = value if value.isprintable() and "\\" not in value else sanitize(value)
+                if value - value != 0:  # NaN or an infinity (``finite``)
+                    data[key] = finite(value)
             else:
-                out[key] = sanitize_value(value, redactor, key)
-        return out
+                data[key] = sanitize_value(value, redactor, key)
+        return data
 
     def _undeclared(self, kind: EventKind, data: dict[str, Any], declared: frozenset[str]) -> dict[str, Any]:
         extra = sorted(set(data) - declared)
