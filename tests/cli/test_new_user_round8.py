@@ -106,13 +106,20 @@ def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("no_keys")
 @pytest.mark.parametrize(
     ("provider", "name", "var"),
-    [("anthropic", "claude-sonnet-4-5", "ANTHROPIC_API_KEY"), ("openai-responses", "gpt-4.1", "OPENAI_API_KEY")],
+    [
+        ("anthropic", "claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+        ("openai-responses", "gpt-4.1", "OPENAI_API_KEY"),
+    ],
 )
 def test_a_fallback_without_its_key_is_named_by_check_and_by_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, name: str, var: str
 ) -> None:
     with FakeChatServer(scripted([Reply.text("742 is open.")])) as local:
-        model = {"name": "qwen3:8b", "base_url": local.url, "fallback": [{"provider": provider, "name": name}]}
+        model = {
+            "name": "qwen3:8b",
+            "base_url": local.url,
+            "fallback": [{"provider": provider, "name": name}],
+        }
         path = write_agent(tmp_path, model)
         assert main(["agent", "check", str(path), "--json"]) == 0
         checked = last_json(capsys.readouterr().out)
@@ -136,7 +143,9 @@ def test_a_key_set_or_a_local_server_gives_no_warning_and_the_run_goes(
     with FakeChatServer(scripted([Reply.calls(ORDER), Reply.text("742 is open.")])) as local:
         model = {
             "name": "qwen3:8b", "base_url": local.url,  # no key needed for a local server
-            "fallback": [{"provider": "anthropic", "name": "claude-sonnet-4-5", "api_key_env": "TEAM_CLAUDE_KEY"}],
+            "fallback": [
+                {"provider": "anthropic", "name": "claude-sonnet-4-5", "api_key_env": "TEAM_CLAUDE_KEY"}
+            ],
         }  # fmt: skip
         path = write_agent(tmp_path, model)
         assert main(["agent", "check", str(path), "--json"]) == 0
@@ -173,7 +182,7 @@ def test_thinking_that_could_not_happen_is_refused_by_check_and_run(
 
 def test_thinking_that_fits_reaches_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with FakeAnthropicServer(scripted([Reply.text("742 is open.")] * 2)) as server:
-        for extra, cap in (({"max_output_tokens": 3000, "temperature": 1}, 3000), ({}, None)):
+        for extra in ({"max_output_tokens": 3000, "temperature": 1}, {}):
             model = {"provider": "anthropic", "name": "claude-sonnet-4-5", "base_url": server.url,
                      "thinking_budget": 2048, **extra}  # fmt: skip
             path = write_agent(tmp_path, model)
@@ -193,7 +202,9 @@ def test_a_404_at_a_doubled_path_blames_the_base_url_not_the_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str
 ) -> None:
     server_cls = SERVERS[provider]
-    missing = server_cls.error(404, "Not Found") if provider != "openai-chat" else Reply.error(404, "Not Found")
+    missing = (
+        server_cls.error(404, "Not Found") if provider != "openai-chat" else Reply.error(404, "Not Found")
+    )
     with server_cls(scripted([missing, missing])) as server:
         root = server.url.removesuffix("/v1")
         doubled = f"{root}/v1/v1" if provider != "anthropic" else f"{root}/v1"
@@ -252,7 +263,11 @@ def test_a_fallback_chain_hints_only_at_the_model_that_could_not_be_reached(
     ids=["catalog-missing", "catalog-malformed", "provenance-missing", "provenance-undeclared"],
 )
 def test_check_reads_the_catalog_and_provenance_files_a_run_reads(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: dict[str, Any], files: dict[str, str], said: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    policy: dict[str, Any],
+    files: dict[str, str],
+    said: str,
 ) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -317,7 +332,9 @@ def test_check_claims_false_turns_it_off_and_a_real_side_effect_backs_the_claim(
         assert main(["run", "q", "--agent", str(path), "--json"]) == 0
     assert last_json(capsys.readouterr().out)["answer"] == "I e-mailed the buyer."
     note = ("tools_round8:add_note", '{"order_id": "742", "text": "buyer told"}')
-    with FakeChatServer(scripted([Reply.calls(("add_note", note[1])), Reply.text("I updated 742.")])) as server:
+    with FakeChatServer(
+        scripted([Reply.calls(("add_note", note[1])), Reply.text("I updated 742.")])
+    ) as server:
         path = write_agent(
             tmp_path,
             {"name": "m-1", "base_url": server.url},
