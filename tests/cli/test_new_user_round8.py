@@ -413,3 +413,50 @@ def test_the_guides_complete_example_checks_and_runs_given_the_files_it_names(
     out = last_json(capsys.readouterr().out)
     assert code == 0, out
     assert out["answer"] == "742 is open." and [c["status"] for c in out["calls"]] == ["ok"]
+
+
+# -- hooks and subagents: what a run refuses, check refuses ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"hooks": {"verify": "tools_round8:check_answr"}}, "hooks.verify: module 'tools_round8' has no"),
+        ({"hooks": {"handoff": "tools_round8:nope"}}, "hooks.handoff: module 'tools_round8' has no 'nope'"),
+        (
+            {"context": {"subagents": [{"name": "res", "description": "d", "instructions": "i",
+                                        "tools": ["read_ordr"]}]}},
+            "context.subagents[0].tools: 'read_ordr' names no tool of this agent; did you mean read_order?",
+        ),
+        (
+            {"context": {"subagents": [{"name": "res", "description": "d", "instructions": "i",
+                                        "model": {"provider": "anthropic", "name": "claude-x",
+                                                  "thinking_budget": 2048, "max_output_tokens": 100}}]}},
+            "context.subagents[0].model: max_output_tokens (100) must be above thinking_budget (2048)",
+        ),
+    ],
+    ids=["verify", "handoff", "subagent-tool", "subagent-thinking"],
+)  # fmt: skip
+def test_check_refuses_the_hooks_and_subagents_a_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: dict[str, Any], said: str
+) -> None:
+    (tmp_path / "steps.yaml").write_text("- final: done\n", encoding="utf-8")
+    path = write_agent(tmp_path, {"name": "scripted:steps.yaml"}, **spec)
+    assert main(["agent", "check", str(path)]) == 1
+    assert f"{path}: {said}" in capsys.readouterr().err
+    assert main(["run", "q", "--agent", str(path), "--json"]) == 1
+    assert said in last_json(capsys.readouterr().out)["message"]
+
+
+def test_good_hooks_and_a_subagent_with_its_tools_check_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "steps.yaml").write_text(
+        '- call: read_order\n  arguments: {order_id: "742"}\n- final: Order 742 is open.\n', encoding="utf-8"
+    )
+    sub = {"name": "res", "description": "looks orders up", "instructions": "i", "tools": ["read_order"]}
+    hooks = {"verify": "tools_round8:check_answer", "resolve_evidence": "trace"}
+    path = write_agent(tmp_path, {"name": "scripted:steps.yaml"}, hooks=hooks, context={"subagents": [sub]})
+    assert main(["agent", "check", str(path)]) == 0
+    assert main(["run", "q", "--agent", str(path), "--json"]) == 0
+    assert last_json(capsys.readouterr().out)["answer"] == "Order 742 is open."

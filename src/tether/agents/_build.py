@@ -225,6 +225,9 @@ def local_tool_names(af: AgentFile) -> list[str]:
     _catalog(af)
     if af.spec.policy.provenance is not None:
         _provenance_rules(af, af.spec.policy.provenance, [t.spec for t in tools])
+    for name in ("verify", "handoff", "remember", "resolve_evidence"):
+        if (ref := getattr(af.spec.hooks, name)) is not None and ref != "trace":
+            _hook(af, f"hooks.{name}", ref)  # imported as a run imports it
     return names
 
 
@@ -319,7 +322,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
         skills = SkillLibrary()
         skills.add_folder(folder, trusted=c.skills.trusted, approved=c.skills.approved)
     search = ToolSearchConfig(**c.tool_search.model_dump()) if c.tool_search is not None else None
-    subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
+    subagents = [_subagent(af, i, sub, model, built) for i, sub in enumerate(c.subagents)]
     if dup := repeated(sub.name for sub in c.subagents):
         raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
     return ContextConfig(
@@ -327,13 +330,13 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     )
 
 
-def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
+def _subagent(af: AgentFile, i: int, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
     from tether.context import Subagent
     from tether.runs._values import Agent
 
     model = parent_model
     if sub.model is not None:
-        model = model_for(af, sub.model)
+        model = model_for(af, sub.model, f"context.subagents[{i}].model")
         built.append(model)  # closed with the agent's own (Built.aclose)
     limits = sub.limits.build()
     agent = partial(

@@ -45,6 +45,9 @@ def check_models(af: AgentFile, *, scripts: bool = True, absent: list[str] | Non
 
     m = af.spec.model
     prices = _prices(m)
+    for i, sub in enumerate(af.spec.context.subagents):
+        if sub.model is not None and (why := _thinking_unfit(sub.model)) is not None:
+            raise ConfigError(f"{af.label()}: context.subagents[{i}].model: {why}")
     for i, spec in enumerate(m.backends()):
         for budget in ("max_cost_usd", "max_cost_usd_hard"):
             if (
@@ -55,7 +58,7 @@ def check_models(af: AgentFile, *, scripts: bool = True, absent: list[str] | Non
                 raise ConfigError(
                     f"{af.label()}: model.limits.{budget} needs a price for {spec.name}: add model.prices"
                 )
-        if spec.thinking_budget is not None and (why := _thinking_unfit(spec)) is not None:
+        if (why := _thinking_unfit(spec)) is not None:
             raise ConfigError(f"{af.label()}: {_field(i)}: {why}")
         if spec.scripted is None and absent is not None:
             from tether.models._backend import key_missing
@@ -79,7 +82,9 @@ def _thinking_unfit(spec: BackendSpec) -> str | None:
     1: a cap at or under the budget turns thinking off on every turn, without a word, and another
     temperature is answered 400 on every call."""
     budget, cap = spec.thinking_budget, spec.max_output_tokens
-    if cap is not None and budget is not None and cap <= budget:
+    if budget is None:
+        return None
+    if cap is not None and cap <= budget:
         return f"max_output_tokens ({cap}) must be above thinking_budget ({budget}): it includes the budget"
     if spec.temperature is not None and spec.temperature != 1:
         return f"temperature {spec.temperature} with thinking_budget: the API takes only 1 (or leave it out)"
@@ -167,8 +172,12 @@ def scripted_model(
     return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
 
 
-def model_for(af: AgentFile, spec: BackendSpec) -> Any:
-    """One model of the file other than its own (a subagent's), priced by the file's table."""
-    if spec.thinking_budget is not None and (why := _thinking_unfit(spec)) is not None:
-        raise ConfigError(f"{af.label()}: {why}")
-    return _backend(af, spec, _prices(af.spec.model), None)
+def model_for(af: AgentFile, spec: BackendSpec, where: str) -> Any:
+    """One model of the file other than its own (a subagent's, at field ``where``), priced by the
+    file's table. Raises ``ConfigError`` naming the field."""
+    if (why := _thinking_unfit(spec)) is not None:
+        raise ConfigError(f"{af.label()}: {where}: {why}")
+    try:
+        return _backend(af, spec, _prices(af.spec.model), None)
+    except ConfigError as err:
+        raise ConfigError(f"{af.label()}: {where} ({spec.name}): {err}") from None
