@@ -14,13 +14,11 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from tether.agents._file import AgentFile, _python_path, mcp_config
+from tether.agents._models import make_model, model_for, scripted_model
 from tether.agents._policy_names import check_policy_names
 from tether.agents._spec import (
     _IMPORT_PATH,
-    SCRIPTED,
-    BackendSpec,
     MemorySpec,
-    ModelSpec,
     ProvenanceSpec,
     StatusSpec,
     SubagentSpec,
@@ -218,8 +216,18 @@ def local_tool_names(af: AgentFile) -> list[str]:
     names: ``tether agent check`` catches a mistyped import path, or a policy entry naming no tool,
     before any run. Raises ``ConfigError`` naming the entry that fails."""
     _python_path(af)
-    names = [t.name for t in _local_tools(af)]
+    tools = _local_tools(af)
+    names = [t.name for t in tools]
     check_policy_names(af, names)
+    # The files a run reads before it starts, read and checked here too: one missing or malformed
+    # would pass the check and then refuse the run.
+    _instructions(af)
+    _catalog(af)
+    if af.spec.policy.provenance is not None:
+        _provenance_rules(af, af.spec.policy.provenance, [t.spec for t in tools])
+    for name in ("verify", "handoff", "remember", "resolve_evidence"):
+        if (ref := getattr(af.spec.hooks, name)) is not None and ref != "trace":
+            _hook(af, f"hooks.{name}", ref)  # imported as a run imports it
     return names
 
 
@@ -288,117 +296,6 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
     return tools
 
 
-def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = None) -> Any:
-    """The agent's model: a backend for its provider (``OpenAICompatible``, ``OpenAIResponses``,
-    ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
-    ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
-    m = af.spec.model
-    prices = check_models(af, scripts=False)
-    models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
-    if len(models) == 1:
-        return models[0]
-    from tether.models._fallback import FallbackModel
-
-    return FallbackModel(models)
-
-
-def check_models(af: AgentFile, *, scripts: bool = True, absent: list[str] | None = None) -> dict[str, Any]:
-    """What a run's models need of the file alone, checked as a run checks it (``tether agent
-    check``; ``make_model`` with ``scripts=False``, as it reads them itself): a price for each model
-    a cost budget counts, and each scripted stand-in's script read and parsed. A script that is not
-    there yet is noted in ``absent`` when given (a run still refuses it). Returns the price table.
-    Raises ``ConfigError``."""
-    from tether.models._pricing import price_for
-
-    m = af.spec.model
-    prices = _prices(m)
-    for spec in m.backends():
-        for budget in ("max_cost_usd", "max_cost_usd_hard"):
-            if (
-                getattr(m.limits, budget) is not None
-                and spec.scripted is None
-                and price_for(spec.name, prices) is None
-            ):
-                raise ConfigError(
-                    f"{af.label()}: model.limits.{budget} needs a price for {spec.name}: add model.prices"
-                )
-        if spec.scripted is None or not scripts:
-            continue
-        path = af.resolve(spec.scripted)
-        if absent is not None and path not in af.files and not path.exists():
-            absent.append(f"model script {path} does not exist yet: a run refuses the file until it does")
-            continue
-        scripted_model(path, label=spec.name, raw=af.files.get(path))
-    return prices
-
-
-def _prices(m: ModelSpec) -> dict[str, Any]:
-    from tether.models._pricing import DEFAULT_PRICES, Price
-
-    own = {k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()}
-    return {**DEFAULT_PRICES, **own}
-
-
-def _backend(
-    af: AgentFile, spec: BackendSpec, prices: Mapping[str, Any], on_delta: Callable[[str, str], None] | None
-) -> Any:
-    if (script := spec.scripted) is not None:
-        obey = isinstance(spec, ModelSpec) and spec.obey_injected
-        path = af.resolve(script)
-        return scripted_model(path, label=spec.name, obey=obey, raw=af.files.get(path))
-    from tether.models._retrying import RetryPolicy
-
-    bucket = None
-    if spec.rate is not None:
-        from tether.core.ratelimit import shared_bucket
-
-        bucket = shared_bucket(f"model:{spec.base_url or spec.provider}", spec.rate, max(1.0, spec.rate))
-    extra = {**spec.extra_body, **({"temperature": spec.temperature} if spec.temperature is not None else {})}
-    common: dict[str, Any] = {
-        "base_url": spec.base_url,
-        "api_key_env": spec.key_env,
-        # Whole responses unless the file asks for a stream: every OpenAI-compatible server answers
-        # them, while some (llama.cpp's Python server) cannot stream tool calls at all.
-        "stream": bool(spec.streaming),
-        "timeout_s": spec.timeout_s,
-        "retry": RetryPolicy(max_retries=spec.max_retries),
-        "prices": prices,
-        "rate_limit": bucket,
-        "on_delta": on_delta,
-        "max_tokens": spec.max_output_tokens,
-        "extra_body": extra,
-    }
-    if spec.transport is not None:
-        common["transport"] = spec.transport
-    if spec.provider == "anthropic":
-        from tether.models._anthropic import AnthropicMessages
-
-        return AnthropicMessages(spec.name, thinking_budget=spec.thinking_budget, **common)
-    if spec.provider == "openai-responses":
-        from tether.models._responses import OpenAIResponses
-
-        effort = {"effort": spec.reasoning_effort} if spec.reasoning_effort else None
-        return OpenAIResponses(spec.name, reasoning=effort, **common)
-    from tether.models._openai import OpenAICompatible
-
-    return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
-
-
-def scripted_model(
-    path: Path, *, label: str | None = None, obey: bool = False, raw: bytes | None = None
-) -> Any:
-    """A scripted stand-in (a test double) from a YAML/JSON list of ``{call, arguments}`` /
-    ``[...]`` / ``{final}`` steps; ``raw``: the file's bytes, read before."""
-    from tether.mcphost._runner import ScriptStep, StandIn
-    from tether.testing import FunctionModel
-
-    try:
-        steps = [ScriptStep.parse(item) for item in ScriptStep.read(path, raw)]
-    except ValueError as err:
-        raise ConfigError(f"model script: {err}") from None
-    return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
-
-
 def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     c = af.spec.context
     if not (c.status or c.compression or c.skills or c.tool_search or c.subagents):
@@ -425,7 +322,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
         skills = SkillLibrary()
         skills.add_folder(folder, trusted=c.skills.trusted, approved=c.skills.approved)
     search = ToolSearchConfig(**c.tool_search.model_dump()) if c.tool_search is not None else None
-    subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
+    subagents = [_subagent(af, i, sub, model, built) for i, sub in enumerate(c.subagents)]
     if dup := repeated(sub.name for sub in c.subagents):
         raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
     return ContextConfig(
@@ -433,13 +330,13 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     )
 
 
-def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
+def _subagent(af: AgentFile, i: int, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
     from tether.context import Subagent
     from tether.runs._values import Agent
 
     model = parent_model
     if sub.model is not None:
-        model = _backend(af, sub.model, _prices(af.spec.model), None)
+        model = model_for(af, sub.model, f"context.subagents[{i}].model")
         built.append(model)  # closed with the agent's own (Built.aclose)
     limits = sub.limits.build()
     agent = partial(
@@ -451,15 +348,30 @@ def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[A
 def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]) -> None:
     """Swap the host's effect-approval rule for the file's provenance rules (declarations checked
     against the offered tools now, not at the first call) and label what tools return."""
-    from tether.policy._provenance_labels import Directory, TrustConfig
-    from tether.policy._provenance_rules import (
-        ProvenancePolicy,
-        ProvenanceRules,
-        check_declarations,
-        make_labeler,
-        rules_from_dict,
-    )
+    from tether.policy._provenance_rules import ProvenancePolicy, make_labeler
     from tether.policy._rules import EffectApproval
+
+    trust, rules, own = _provenance_rules(af, spec, local)
+    base = host.policy
+    extra = [r for r in base.rules if r is not base.allowlist and not isinstance(r, EffectApproval)]
+    allow, deny = base.allowlist.allow, base.allowlist.deny
+    label = make_labeler(trust, own)
+    if spec.mode == "reference":
+        from tether.policy._references import ReferencePolicy, References
+
+        references = References(trust, own)
+        host.policy = ReferencePolicy(rules, references, allow=allow, deny=deny, extra=extra)
+        host.labeler = references.labeler(label)
+    else:
+        host.policy = ProvenancePolicy(rules, allow=allow, deny=deny, extra=extra)
+        host.labeler = label
+
+
+def _provenance_rules(af: AgentFile, spec: ProvenanceSpec, local: list[Any]) -> tuple[Any, Any, list[Any]]:
+    """The file's trust, rules and own sources, its provenance file read (declarations checked
+    against the local tools). Raises ``ConfigError``."""
+    from tether.policy._provenance_labels import Directory, TrustConfig
+    from tether.policy._provenance_rules import ProvenanceRules, check_declarations, rules_from_dict
 
     data: dict[str, Any] = spec.model_dump(exclude={"file", "mode"})
     if spec.file is not None:
@@ -477,20 +389,7 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
     except (ValueError, TypeError) as err:
         raise ConfigError(f"{af.label()}: policy.provenance: {err}") from None
     own = list(data["own"] or [])
-    rules = ProvenanceRules(declared, trust, directory=directory, own=own)
-    base = host.policy
-    extra = [r for r in base.rules if r is not base.allowlist and not isinstance(r, EffectApproval)]
-    allow, deny = base.allowlist.allow, base.allowlist.deny
-    label = make_labeler(trust, own)
-    if spec.mode == "reference":
-        from tether.policy._references import ReferencePolicy, References
-
-        references = References(trust, own)
-        host.policy = ReferencePolicy(rules, references, allow=allow, deny=deny, extra=extra)
-        host.labeler = references.labeler(label)
-    else:
-        host.policy = ProvenancePolicy(rules, allow=allow, deny=deny, extra=extra)
-        host.labeler = label
+    return trust, ProvenanceRules(declared, trust, directory=directory, own=own), own
 
 
 def _otel_wanted(environ: Mapping[str, str] | None = None) -> bool:

@@ -20,28 +20,33 @@ HARNESS_TOOLS = frozenset(
 
 
 def check_policy_names(af: AgentFile, local: Sequence[str]) -> None:
-    """Raise ``ConfigError`` naming the first ``policy.allow``, ``policy.deny`` or ``policy.effects``
-    entry that names no tool of the agent: not a local tool (``local``: their names), a subagent, a
-    harness tool, nor ``<server>__<tool>`` of a configured MCP server. ``deny`` may also name an MCP
-    tool by its server's own name, so with MCP servers it is not checked."""
+    """Raise ``ConfigError`` naming the first ``policy.allow``, ``policy.deny``, ``policy.effects`` or
+    ``context.subagents[i].tools`` entry that names no tool of the agent: not a local tool
+    (``local``: their names), a subagent, a harness tool, nor ``<server>__<tool>`` of a configured
+    MCP server. ``deny`` may also name an MCP tool by its server's own name, so with MCP servers it
+    is not checked."""
     p = af.spec.policy
     known = {*local, *HARNESS_TOOLS, *(s.name for s in af.spec.context.subagents)}
-    lists = {"allow": p.allow or [], "effects": list(p.effects)}
+    lists = {"policy.allow": p.allow or [], "policy.effects": list(p.effects)}
     if af.spec.mcp is None:
-        lists["deny"] = list(p.deny)
+        lists["policy.deny"] = list(p.deny)
+    # A subagent's tools too: a mistyped one left the subagent without it, without a word.
+    lists.update(
+        {f"context.subagents[{i}].tools": s.tools or [] for i, s in enumerate(af.spec.context.subagents)}
+    )
     unknown = [(field, n) for field, names in lists.items() for n in names if n not in known]
     if not unknown:
         return
     servers = [s.name for s in mcp_config(af).servers] if af.spec.mcp is not None else []
     for field, name in unknown:
-        if field != "effects" and any(name.startswith(f"{server}{SEPARATOR}") for server in servers):
+        if field != "policy.effects" and any(name.startswith(f"{server}{SEPARATOR}") for server in servers):
             continue
-        raise ConfigError(f"{af.label()}: policy.{field}: {_why(name, field, sorted(local), servers)}")
+        raise ConfigError(f"{af.label()}: {field}: {_why(name, field, sorted(local), servers)}")
 
 
 def _why(name: str, field: str, local: list[str], servers: list[str]) -> str:
     why = f"{name!r} names no tool of this agent"
-    if field == "effects":
+    if field == "policy.effects":
         why += " (effects of its local plain-function tools; an MCP tool's go in the MCP config)"
     elif servers:
         why += f" (an MCP tool is named <server>{SEPARATOR}<tool>: servers {', '.join(servers)})"

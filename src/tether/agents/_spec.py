@@ -473,9 +473,9 @@ class HooksSpec(_Strict):
         default=None, description="(state, answer) -> problem or None: accept or reject a final answer"
     )
     check_claims: bool = Field(
-        default=False,
+        default=True,
         description='reject a final answer that claims an action ("I e-mailed the buyer") when no '
-        "side-effecting call succeeded in the run",
+        "side-effecting call succeeded in the run (default: on; false turns it off)",
     )
     handoff: str | None = Field(
         default=None, description="(state, answer) -> the handoff to validate, or None"

@@ -240,8 +240,8 @@ def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
         return []
     backends = list(getattr(model, "models", None) or [model])  # a FallbackModel: each in turn
     hints: list[str] = []
-    text = detail or ""
-    for backend in backends:
+    errors = _errors_of(len(backends), getattr(model, "switches", ()), detail)
+    for backend, text in zip(backends, errors, strict=True):
         url = getattr(backend, "base_url", None)
         if url and re.search(r"connect|connection|refused|unreachable", text, re.IGNORECASE):
             came = getattr(backend, "base_url_from", "given")
@@ -261,7 +261,7 @@ def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
                 "the model was asked to stream: some servers (llama.cpp's Python server) cannot stream "
                 "tool calls; set model.streaming: false or pass --no-stream"
             )
-    if _CONTEXT.search(text):
+    if _CONTEXT.search(detail or ""):
         hints.append(
             "the conversation, with the answer being generated, outgrew the model's context window: "
             "serve the model with a larger one (llama.cpp: --n_ctx / -c) or take fewer steps "
@@ -269,6 +269,18 @@ def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
             "until any window is full"
         )
     return list(dict.fromkeys(hints))
+
+
+def _errors_of(count: int, switches: Any, detail: str) -> list[str]:
+    """What each of a chain's ``count`` models met, so that a hint is given for the model whose
+    error shows it (before, one model's refused connection named every model's URL as
+    unreachable): the k-th switch left the k-th model with its error; the model in use at the end
+    met the rest of the detail; a model never reached met nothing."""
+    left = [str(s.get("error", "")) for s in list(switches)[: count - 1]]
+    rest = detail or ""
+    for error in left:
+        rest = rest.replace(error, "")
+    return [*left, rest, *[""] * (count - len(left) - 1)]
 
 
 def model_fallbacks(model: Any) -> list[dict[str, str]]:

@@ -104,6 +104,18 @@ def api_key(env: str, base_url: str, official_host: str | None) -> str:
     return key or "no-key"
 
 
+def key_missing(backend: type[HTTPBackend], env: str | None, base_url: str | None) -> str | None:
+    """What ``api_key`` would refuse for a backend of this class, said before it is built (``tether
+    agent check``): the key's variable unset while the URL is the provider's own. None if fine."""
+    env = env or backend.default_key_env
+    url = (base_url or os.environ.get(backend.base_url_env) or backend.default_base_url).rstrip("/")
+    try:
+        api_key(env, url, urlsplit(backend.default_base_url).hostname)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
 _read_key = api_key  # ``HTTPBackend.__init__`` has a parameter of that name (refused, as SDKs take it)
 
 

@@ -32,7 +32,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
+from urllib.parse import urlsplit
 
 from tether.errors import ModelError
 from tether.models._retrying import Retryable
@@ -304,7 +306,7 @@ class Failures:
             why = "the request is larger than the server or a proxy before it accepts: take fewer steps"
             return ModelError(f"{self.label}: {detail} ({why} (limits.max_steps) or raise that limit)")
         if status == 404:
-            return ModelError(f"{self.label}: {detail} (check the model name and base_url: POST {self.url})")
+            return ModelError(f"{self.label}: {detail} ({_not_found_hint(self.url)})")
         if 300 <= status < 400:  # 304 Not Modified …: no redirect, and no answer either
             why = "not an answer to a POST: check base_url and any proxy between"
             return ModelError(f"{self.label}: {detail} ({why})")
@@ -389,3 +391,14 @@ COMPRESSIONS = frozenset(
 def unusable(why: str) -> Retryable:
     """An answer that is not the protocol's shape, or not an answer."""
     return Retryable("unusable_response", why[:300])
+
+
+def _not_found_hint(url: str) -> str:
+    """What a 404 asks to check. A base URL ending in the segment the protocol's path begins with
+    (``…/v1`` for Anthropic's ``/v1/messages``) posts to ``/v1/v1/…``: that is the URL to fix,
+    not the model name."""
+    path = urlsplit(url).path.strip("/").split("/")
+    twice = next((a for a, b in pairwise(path) if a and a == b), None)
+    if twice is not None:
+        return f"base_url repeats /{twice}: POST {url}; drop /{twice} from the end of base_url"
+    return f"check the model name and base_url: POST {url}"

@@ -40,8 +40,9 @@ def print_schema(args: argparse.Namespace) -> int:
 
 
 def check_file(args: argparse.Namespace) -> int:
-    from tether.agents._build import check_models, local_tool_names
+    from tether.agents._build import local_tool_names
     from tether.agents._file import load_agent_file
+    from tether.agents._models import check_models
 
     notes: list[str] = []
     try:
