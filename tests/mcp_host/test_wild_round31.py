@@ -1,0 +1,118 @@
+"""Wild servers, round thirty-one: the published filesystem server (``@modelcontextprotocol/
+server-filesystem``), launched as its README says, asked for paths outside the folder its
+arguments allow, and for a write its config leaves undeclared.
+
+Contained already (checked here): a read of a file outside the allowed folder, a ``..`` escape
+and a link inside the folder pointing out of it are each refused by the server and reach the
+model as that call's error (the run goes on, the next call served, nothing outside read or
+written); ``write_file``, ``create_directory`` and ``move_file`` left out of ``effects`` are taken
+as writes (the run pauses for a person, nothing written before approval); no server process
+outlives the run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcp._config import McpConfig
+from tether.mcphost._runner import run_question
+from tether.policy import Approvals, SqliteApprovalStore
+
+from .conftest import approve, script, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.npm]
+
+FS_READS = {t: "read" for t in ("read_text_file", "list_directory", "list_allowed_directories")}
+SECRET = "outside secret 31"
+
+
+def _alive(text: str) -> set[int]:
+    """Processes whose command line mentions ``text`` (a server given the test's folder)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    out.add(int(entry.name))
+            except OSError:
+                continue
+    return out
+
+
+def _folders(tmp_path: Path) -> tuple[Path, Path]:
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    data.mkdir()
+    outside.mkdir()
+    (data / "notes.txt").write_text("inside notes", encoding="utf-8")
+    (outside / "secret.txt").write_text(SECRET, encoding="utf-8")
+    (data / "link").symlink_to(outside)
+    return data, outside
+
+
+def _config(tmp_path: Path, npm_servers: Path, data: Path, **extra: Any) -> McpConfig:
+    entry = npm_servers / "server-filesystem" / "dist" / "index.js"
+    server = {"name": "fs", "command": ["node", str(entry), str(data)], "effects": FS_READS, **extra}
+    return write_config(tmp_path, [server])
+
+
+async def _run(config: McpConfig, *steps: tuple[str, dict[str, Any]] | str, **kw: Any) -> Any:
+    run = await run_question(config, "Q", script(*steps), **kw)
+    assert not _alive(str(config.base_dir)), "a server process outlived the host"
+    return run
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+async def test_paths_outside_the_allowed_folder_are_refused_as_the_calls_error(
+    tmp_path: Path, npm_servers: Path, sandbox: str
+) -> None:
+    """Outside by an absolute path, by ``..``, through a link inside the folder: each call
+    fails, the error shown to the model, and the next read is served (the run accepted)."""
+    data, outside = _folders(tmp_path)
+    config = _config(tmp_path, npm_servers, data, sandbox_read=[str(data)], sandbox=sandbox)
+    await approve(config, "fs")
+    escapes = [outside / "secret.txt", f"{data}/../outside/secret.txt", data / "link" / "secret.txt"]
+    steps = [("fs__read_text_file", {"path": str(p)}) for p in escapes]
+    run = await _run(config, *steps, ("fs__read_text_file", {"path": str(data / "notes.txt")}), "done")
+    said = run.seen("fs__read_text_file")
+    assert len(said) == 4 and run.result.stop_reason is StopReason.ACCEPTED
+    for refused in said[:3]:
+        assert SECRET not in refused and "error" in refused.lower(), refused
+    assert "inside notes" in said[3]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("write_file", {"path": "new.txt", "content": "written"}),
+        ("create_directory", {"path": "made"}),
+        ("move_file", {"source": "notes.txt", "destination": "moved.txt"}),
+    ],
+)
+async def test_a_write_tool_its_config_leaves_undeclared_waits_for_a_person(
+    tmp_path: Path, npm_servers: Path, tool: str, args: dict[str, str]
+) -> None:
+    """``effects`` names only the reads: the write is held for approval (with no approval store,
+    denied), nothing changes in the folder, the reads declared still run without asking."""
+    data, _ = _folders(tmp_path)
+    config = _config(tmp_path, npm_servers, data, sandbox_write=[str(data)])
+    await approve(config, "fs")
+    before = sorted(p.name for p in data.iterdir())
+    absolute = {k: str(data / v) for k, v in args.items()}
+    steps = [("fs__list_directory", {"path": str(data)}), (f"fs__{tool}", absolute), "done"]
+    run = await _run(config, *steps)
+    assert "approval_unavailable" in run.seen(f"fs__{tool}")[0]
+    assert sorted(p.name for p in data.iterdir()) == before
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    try:
+        run = await _run(config, *steps, approvals=approvals)
+        assert "[FILE] notes.txt" in run.seen("fs__list_directory")[0]
+        assert run.result.stop_reason is StopReason.APPROVAL_REQUIRED
+        (pending,) = await approvals.store.list_proposals(run_id=run.result.run_id)
+        assert pending.tool == f"fs__{tool}"
+    finally:
+        approvals.store.close()
+    assert sorted(p.name for p in data.iterdir()) == before
