@@ -6,17 +6,22 @@ Contained already (checked here): a read of a file outside the allowed folder, a
 and a link inside the folder pointing out of it are each refused by the server and reach the
 model as that call's error (the run goes on, the next call served, nothing outside read or
 written); ``write_file``, ``create_directory`` and ``move_file`` left out of ``effects`` are taken
-as writes (the run pauses for a person, nothing written before approval); no server process
-outlives the run."""
+as writes (the run pauses for a person, nothing written before approval); from the command line,
+the memory server reviewed confined (npx's install read-only, no network, only its data folder
+writable), its write paused until a person approves it and then landing in the file its
+``MEMORY_FILE_PATH`` names; no server process outlives a run."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from published_installs import once
+from tether.cli import main
 from tether.core.stop import StopReason
 from tether.mcp._config import McpConfig
 from tether.mcphost._runner import run_question
@@ -116,3 +121,58 @@ async def test_a_write_tool_its_config_leaves_undeclared_waits_for_a_person(
     finally:
         approvals.store.close()
     assert sorted(p.name for p in data.iterdir()) == before
+
+
+@pytest.fixture
+def npx_memory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``npx -y @modelcontextprotocol/server-memory`` run once: the package in npx's cache."""
+    once(tmp_path_factory, "npx-memory")
+
+
+def _said(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_the_memory_server_by_npx_from_the_command_line_alone(
+    tmp_path: Path, npx_memory: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "mem"
+    store.mkdir()
+    server = {
+        "name": "memory",
+        "command": "npx",
+        "args": ["-y", "@modelcontextprotocol/server-memory"],
+        "env": {"MEMORY_FILE_PATH": str(store / "graph.jsonl")},
+        "sandbox_write": [str(store)],
+        "effects": {"read_graph": "read", "open_nodes": "read"},
+    }
+    write_config(tmp_path, [server])
+    config = str(tmp_path / "mcp.yaml")
+    assert main(["mcp", "review", "memory", "--config", config]) == 0
+    review = capsys.readouterr().out
+    assert '"launcher": "npx"' in review and '"network": "none"' in review and "\n! " not in review
+    assert "== create_entities  [new: not approved]" in review
+    assert main(["mcp", "approve", "memory", "--config", config]) == 0
+    assert "pinned   memory__create_entities" in capsys.readouterr().out
+    ada = {"name": "Ada", "entityType": "person", "observations": ["first program"]}
+    steps = tmp_path / "steps.yaml"
+    calls = [("create_entities", {"entities": [ada]}), ("read_graph", {}), ("open_nodes", {"names": ["Ada"]})]
+    steps.write_text(
+        json.dumps([{"call": f"memory__{t}", "arguments": a} for t, a in calls] + [{"final": "ok"}])
+    )
+    db = str(tmp_path / "approvals.db")
+    assert main(["mcp", "run", "Q", "--config", config, "--script", str(steps), "--db", db, "--json"]) == 5
+    paused = _said(capsys)
+    assert paused["stop_reason"] == "approval_required" and not (store / "graph.jsonl").exists()
+    assert not _alive(str(tmp_path)), "a server process outlived the host"
+    assert main(["approvals", "--db", db, "list", "--json"]) == 0
+    (pending,) = _said(capsys)["proposals"]
+    assert pending["tool"] == "memory__create_entities"
+    assert main(["approvals", "--db", db, "approve", pending["id"]]) == 0
+    capsys.readouterr()
+    assert main(["resume", paused["run_id"], "--db", db, "--json"]) == 0
+    done = _said(capsys)
+    assert done["stop_reason"] == "accepted" and [c["status"] for c in done["calls"]] == ["ok"] * 3
+    assert '"name":"Ada"' in (store / "graph.jsonl").read_text(encoding="utf-8")
+    assert not _alive(str(tmp_path)), "a server process outlived the host"
