@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +178,57 @@ def test_the_memory_server_by_npx_from_the_command_line_alone(
     assert done["stop_reason"] == "accepted" and [c["status"] for c in done["calls"]] == ["ok"] * 3
     assert '"name":"Ada"' in (store / "graph.jsonl").read_text(encoding="utf-8")
     assert not _alive(str(tmp_path)), "a server process outlived the host"
+
+
+@pytest.mark.pypi
+async def test_the_git_server_refuses_a_repository_outside_its_argument_and_holds_its_writes(
+    tmp_path: Path, pypi_servers: Path
+) -> None:
+    """``mcp-server-git --repository <repo>``: a log of another repository (beside it, through
+    ``..``) is that call's error, the next call is served; ``git_add`` and ``git_commit``, left out
+    of ``effects``, wait for a person (nothing staged, nothing committed)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repos = {}
+    for name in ("repo", "other"):
+        repo = repos[name] = tmp_path / name
+        git = ["git", "-C", str(repo), "-c", "user.name=T", "-c", "user.email=t@example.org"]
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        (repo / "f.txt").write_text(f"{name}\n", encoding="utf-8")
+        subprocess.run([*git, "add", "f.txt"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"commit in {name}"], check=True)
+    repo = repos["repo"]
+    (repo / "g.txt").write_text("new\n", encoding="utf-8")
+    server = {
+        "name": "git",
+        "command": [str(pypi_servers / "mcp-server-git"), "--repository", str(repo)],
+        "sandbox_write": [str(repo)],
+        "effects": {"git_log": "read", "git_status": "read"},
+    }
+    config = write_config(tmp_path, [server])
+    await approve(config, "git")
+    outside = [str(repos["other"]), f"{repo}/../other"]
+    steps = [("git__git_log", {"repo_path": p}) for p in [*outside, str(repo)]]
+    run = await _run(config, *steps, "done")
+    said = run.seen("git__git_log")
+    assert run.result.stop_reason is StopReason.ACCEPTED and len(said) == 3
+    for refused in said[:2]:
+        assert "commit in other" not in refused and "error" in refused.lower(), refused
+    assert "commit in repo" in said[2]
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    try:
+        for tool, args in [("git_add", {"files": ["g.txt"]}), ("git_commit", {"message": "m"})]:
+            step = (f"git__{tool}", {"repo_path": str(repo), **args})
+            run = await _run(config, step, "done", approvals=approvals)
+            assert run.result.stop_reason is StopReason.APPROVAL_REQUIRED
+    finally:
+        approvals.store.close()
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == "?? g.txt\n"
+    assert (
+        subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        == head
+    )
