@@ -1,14 +1,19 @@
 """Wild servers, round thirty-one: the published filesystem server (``@modelcontextprotocol/
 server-filesystem``), launched as its README says, asked for paths outside the folder its
-arguments allow, and for a write its config leaves undeclared.
+arguments allow, and for a write its config leaves undeclared; the published memory server
+launched by ``npx -y @modelcontextprotocol/server-memory`` and driven from the command line alone
+(``tether mcp review``, ``approve``, ``run --script``, ``approvals approve``, ``resume``); the
+published git server asked about a repository other than its argument's.
 
 Contained already (checked here): a read of a file outside the allowed folder, a ``..`` escape
 and a link inside the folder pointing out of it are each refused by the server and reach the
 model as that call's error (the run goes on, the next call served, nothing outside read or
-written); ``write_file``, ``create_directory`` and ``move_file`` left out of ``effects`` are taken
-as writes (the run pauses for a person, nothing written before approval); from the command line,
-the memory server reviewed confined (npx's install read-only, no network, only its data folder
-writable), its write paused until a person approves it and then landing in the file its
+written), as is a folder its arguments name but the host's ``roots`` leave out, and another
+repository than the git server's; ``write_file``, ``create_directory``, ``move_file``, ``git_add``
+and ``git_commit`` left out of ``effects`` are taken as writes (the run pauses for a person,
+nothing written before approval; with no approval store, denied); from the command line, the
+memory server reviewed confined (npx's install read-only, no network, only its data folder
+writable), its write paused until a person approves it, then landing in the file its
 ``MEMORY_FILE_PATH`` names; no server process outlives a run."""
 
 from __future__ import annotations
@@ -232,3 +237,31 @@ async def test_the_git_server_refuses_a_repository_outside_its_argument_and_hold
         subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
         == head
     )
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+async def test_roots_narrower_than_the_servers_arguments_are_what_it_allows(
+    tmp_path: Path, npm_servers: Path, sandbox: str
+) -> None:
+    """Its arguments name two folders, the host's ``roots`` one: the server takes the roots (as a
+    client that supports them asks it to), so the other folder's file is that call's error, even
+    unconfined, and the root's file is read."""
+    data, outside = _folders(tmp_path)
+    folders = [str(data), str(outside)]
+    entry = npm_servers / "server-filesystem" / "dist" / "index.js"
+    server = {
+        "name": "fs",
+        "command": ["node", str(entry), *folders],
+        "effects": FS_READS,
+        "roots": [data.as_uri()],
+        "sandbox_read": folders,
+        "sandbox": sandbox,
+    }
+    config = write_config(tmp_path, [server])
+    await approve(config, "fs")
+    reads = [("fs__read_text_file", {"path": str(p)}) for p in (outside / "secret.txt", data / "notes.txt")]
+    run = await _run(config, *reads, "done")
+    said = run.seen("fs__read_text_file")
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert SECRET not in said[0] and "error" in said[0].lower(), said[0]
+    assert "inside notes" in said[1]
