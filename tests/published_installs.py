@@ -175,11 +175,17 @@ BUILDERS: dict[str, Callable[[Path], str | None]] = {
     "npx-everything": _launcher_cached(
         ["npx", "-y", EVERYTHING], EVERYTHING, lambda code, said: code == 0 or "Starting" in said
     ),
+    # The memory server says it is "running on stdio", then ends at the end of its input.
+    "npx-memory": _launcher_cached(
+        ["npx", "-y", f"{SCOPE}/server-memory"],
+        f"{SCOPE}/server-memory",
+        lambda code, said: code == 0 or "running on stdio" in said,
+    ),
     "uvx-time": _launcher_cached(["uvx", "mcp-server-time", "--help"], "mcp-server-time"),
     "uvx-fetch": _launcher_cached(["uvx", "mcp-server-fetch", "--help"], "mcp-server-fetch"),
 }
 # The fixtures that need each (tests/mcp_host/: conftest.py, test_reference_server.py,
-# test_sandbox_launchers.py, test_wild_round17.py and test_wild_round18.py).
+# test_sandbox_launchers.py, test_wild_round17.py, test_wild_round18.py and test_wild_round31.py).
 FIXTURES = {
     "npm_servers": "npm",
     "everything": "npm-everything",
@@ -188,6 +194,7 @@ FIXTURES = {
     "pypi_servers": "pypi",
     "npx_cached": "npx-filesystem",
     "npx_installed": "npx-everything",
+    "npx_memory": "npx-memory",
     "uvx_cached": "uvx-time",
     "uvx_tool": "uvx-time",
     "uvx_fetch": "uvx-fetch",
