@@ -90,7 +90,9 @@ def no_type(item: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("transport", ["sdk", "http"])
 @pytest.mark.parametrize("mode", ["stream", "whole"])
-@pytest.mark.parametrize("change", [custom_type, custom_beside_function], ids=["custom", "custom_and_function"])
+@pytest.mark.parametrize(
+    "change", [custom_type, custom_beside_function], ids=["custom", "custom_and_function"]
+)
 def test_a_chat_call_of_a_kind_never_offered_is_not_run(
     tmp_path: Path, change: Callable[[dict[str, Any]], None], mode: str, transport: str
 ) -> None:
@@ -99,7 +101,13 @@ def test_a_chat_call_of_a_kind_never_offered_is_not_run(
     and the run stopped ``repetition``)."""
     replies = [Reply.calls(ORDER, edit=each(change))] * 2 + [Reply.text(ANSWER)]
     code, out, bodies = run_turns(tmp_path, "openai-chat", replies, mode=mode, transport=transport)
-    assert (code, out["stop_reason"], out["answer"], out["calls"], len(bodies)) == (7, "model_error", None, [], 2)
+    assert (code, out["stop_reason"], out["answer"], out["calls"], len(bodies)) == (
+        7,
+        "model_error",
+        None,
+        [],
+        2,
+    )
     assert "a 'custom' tool call" in out["message"] and "does not offer" in out["message"], out["message"]
 
 
@@ -110,3 +118,191 @@ def test_a_chat_call_without_a_type_still_runs(tmp_path: Path, mode: str) -> Non
     code, out, bodies = run_turns(tmp_path, "openai-chat", replies, mode=mode)
     assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
     assert [c["status"] for c in out["calls"]] == ["ok"], out
+
+
+# -- PINNED: extras beside a normal answer; ends that are no answer; calls never offered --------
+
+
+def whole(change: Callable[[dict[str, Any]], None]) -> Edit:
+    """The whole body (``mode="whole"``), changed."""
+    return lambda items: [(change(body := copy.deepcopy(items[0])), body)[1]]
+
+
+def anthropic_extras(body: dict[str, Any]) -> None:
+    body["content"] = [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "742"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+         "content": [{"type": "web_search_result", "url": "https://x", "title": "t",
+                      "encrypted_content": "e"}]},
+        {"type": "redacted_thinking", "data": "EnC0deD"},
+        *body["content"],
+    ]  # fmt: skip
+    for block in body["content"]:
+        if block["type"] == "text":
+            block["citations"] = [{"type": "web_search_result_location", "url": "https://x", "title": "t",
+                                   "encrypted_index": "e", "cited_text": "x"}]  # fmt: skip
+    body["container"] = {"id": "cntr_1", "expires_at": "2026-12-06T00:00:00Z"}
+
+
+def responses_extras(body: dict[str, Any]) -> None:
+    for item in body["output"]:
+        for part in item.get("content") or ():
+            part["annotations"] = [
+                {"type": "url_citation", "start_index": 0, "end_index": 5, "url": "https://x"}
+            ]
+            part["logprobs"] = []
+    body["output"] = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+        {
+            "type": "file_search_call",
+            "id": "fs_1",
+            "status": "completed",
+            "queries": ["742"],
+            "results": None,
+        },
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"},
+        *body["output"],
+    ]
+
+
+def chat_message(
+    change: Callable[[dict[str, Any], dict[str, Any]], None],
+) -> Callable[[dict[str, Any]], None]:
+    return lambda body: change(body["choices"][0]["message"], body["choices"][0])
+
+
+def chat_extras(message: dict[str, Any], choice: dict[str, Any]) -> None:
+    message.update(refusal=None, annotations=[], audio={"id": "a_1", "data": "UklGR", "expires_at": 0,
+                                                       "transcript": ANSWER})  # fmt: skip
+    choice["logprobs"] = {"content": [{"token": "O", "logprob": -0.1, "bytes": [79], "top_logprobs": []}]}
+
+
+def legacy_call(message: dict[str, Any], choice: dict[str, Any]) -> None:
+    message["function_call"] = message.pop("tool_calls")[0]["function"]
+    choice["finish_reason"] = "function_call"
+
+
+ACCEPTED: list[tuple[str, str, Callable[[dict[str, Any]], None], bool]] = [
+    ("anthropic", "server_tools_redacted_thinking_citations_container", anthropic_extras, False),
+    ("anthropic", "the_same_beside_a_call", anthropic_extras, True),
+    ("openai-responses", "search_items_encrypted_reasoning_annotations", responses_extras, False),
+    ("openai-responses", "the_same_beside_a_call", responses_extras, True),
+    ("openai-chat", "audio_annotations_null_refusal_logprobs", chat_message(chat_extras), False),
+    ("openai-chat", "a_legacy_function_call", chat_message(legacy_call), True),
+]
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize(
+    ("provider", "name", "change", "call"), ACCEPTED, ids=[c[1] + "-" + c[0] for c in ACCEPTED]
+)
+def test_a_normal_answer_with_harmless_extras_is_accepted(
+    tmp_path: Path,
+    provider: str,
+    name: str,
+    change: Callable[[dict[str, Any]], None],
+    call: bool,
+    transport: str,
+) -> None:
+    first = Reply.calls(ORDER, edit=whole(change)) if call else Reply.text(ANSWER, edit=whole(change))
+    replies = [first, Reply.text(ANSWER)] if call else [first]
+    code, out, bodies = run_turns(tmp_path, provider, replies, mode="whole", transport=transport)
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, len(replies)), (
+        out
+    )
+    assert [c["status"] for c in out["calls"]] == (["ok"] if call else []), out
+
+
+def set_to(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    return lambda body: body.update(copy.deepcopy(fields))
+
+
+SERVER_CALL = {
+    "type": "server_tool_use",
+    "id": "srvtoolu_1",
+    "name": "read_order",
+    "input": {"order_id": "742"},
+}
+MCP_CALL = {**SERVER_CALL, "type": "mcp_tool_use", "server_name": "orders"}
+CUSTOM = {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_c", "name": "read_order",
+          "input": "742", "status": "completed"}  # fmt: skip
+COMPUTER = {"type": "computer_call", "id": "cu_1", "call_id": "call_x", "action": {"type": "screenshot"},
+            "pending_safety_checks": [], "status": "completed"}  # fmt: skip
+ENCRYPTED = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}
+SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed"}
+
+
+def responses_refusal(body: dict[str, Any]) -> None:
+    message = next(item for item in body["output"] if item["type"] == "message")
+    message["content"].append({"type": "refusal", "refusal": "I can't help with that."})
+
+
+def beside_the_call(item: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    return lambda body: body["output"].append(copy.deepcopy(item))
+
+
+NO_ANSWER: list[tuple[str, str, Callable[[dict[str, Any]], None], str, str]] = [
+    ("anthropic", "pause_turn", set_to(stop_reason="pause_turn"), "model_error", "paused"),
+    ("anthropic", "pause_turn_after_a_server_call", set_to(stop_reason="pause_turn", content=[SERVER_CALL]),
+     "model_error", "paused"),
+    ("anthropic", "refusal", set_to(stop_reason="refusal"), "model_refused", "refused"),
+    ("anthropic", "server_tool_use_naming_an_offered_tool",
+     set_to(stop_reason="tool_use", content=[SERVER_CALL]), "model_error", "neither text nor tool calls"),
+    ("anthropic", "mcp_tool_use_naming_an_offered_tool",
+     set_to(stop_reason="tool_use", content=[MCP_CALL]), "model_error", "neither text nor tool calls"),
+    ("openai-responses", "refusal_part_beside_text", responses_refusal, "model_refused", "refused"),
+    ("openai-responses", "only_a_web_search", set_to(output=[SEARCH]), "model_error", "neither text"),
+    ("openai-responses", "only_encrypted_reasoning", set_to(output=[ENCRYPTED]), "model_error",
+     "neither text"),
+    ("openai-responses", "a_custom_tool_call", set_to(output=[CUSTOM]), "model_error", "does not offer"),
+    ("openai-responses", "a_computer_call", set_to(output=[COMPUTER]), "model_error", "does not offer"),
+    ("openai-responses", "a_custom_call_beside_a_function_call", beside_the_call(CUSTOM), "model_error",
+     "does not offer"),
+    ("openai-chat", "refusal_beside_content", chat_message(lambda m, c: m.update(refusal="I can't help.")),
+     "model_refused", "refused"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize(
+    ("provider", "name", "change", "stop", "said"), NO_ANSWER, ids=[c[1] for c in NO_ANSWER]
+)
+def test_an_end_that_is_no_answer_or_a_call_never_offered_is_never_accepted_nor_run(
+    tmp_path: Path, provider: str, name: str, change: Callable[[dict[str, Any]], None], stop: str, said: str,
+    transport: str,
+) -> None:  # fmt: skip
+    """Every try so: exit 7, nothing run, the reason said; a refusal or a pause keeps its text
+    but never stands as the answer (``accepted``)."""
+    first = Reply.calls(ORDER, edit=whole(change)) if "beside_a_function" in name else None
+    replies = [first or Reply.text(ANSWER, edit=whole(change))] * 2 + [Reply.text(ANSWER)]
+    code, out, _ = run_turns(tmp_path, provider, replies, mode="whole", transport=transport)
+    assert (code, out["stop_reason"], out["calls"]) == (7, stop, []), out
+    assert said in out["message"], out["message"]
+
+
+STREAMED: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("anthropic", lambda e: [b.update(type="server_tool_use") for b in [e.get("content_block") or {}]
+                             if b.get("type") == "tool_use"]),
+    ("openai-responses", lambda e: [o.update(type="custom_tool_call", input=o.pop("arguments", ""))
+                                    for o in [e.get("item") or {},
+                                              *((e.get("response") or {}).get("output") or ())]
+                                    if o.get("type") == "function_call"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize(("provider", "change"), STREAMED, ids=[c[0] for c in STREAMED])
+def test_a_streamed_call_never_offered_is_not_run(
+    tmp_path: Path, provider: str, change: Callable[[dict[str, Any]], None], transport: str
+) -> None:
+    """A stream whose call is a ``server_tool_use`` block, or a ``custom_tool_call`` item, naming
+    ``read_order``: never run, the run gives up (exit 7)."""
+    replies = [Reply.calls(ORDER, edit=each(change))] * 2 + [Reply.text(ANSWER)]
+    code, out, bodies = run_turns(tmp_path, provider, replies, transport=transport)
+    assert (code, out["stop_reason"], out["answer"], out["calls"], len(bodies)) == (
+        7,
+        "model_error",
+        None,
+        [],
+        2,
+    )
