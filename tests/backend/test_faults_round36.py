@@ -306,3 +306,68 @@ def test_a_streamed_call_never_offered_is_not_run(
         [],
         2,
     )
+
+
+def anthropic_stream_extras(items: list[Any]) -> list[Any]:
+    """A ``server_tool_use`` block (its input streamed) and a ``web_search_tool_result`` block
+    before the answer's blocks, and a ``citations_delta`` on each text block."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and str(item.get("type")).startswith("content_block"):
+            item = {**item, "index": item["index"] + 2}
+        out.append(item)
+        if isinstance(item, dict) and item.get("type") == "message_start":
+            out += [
+                {"type": "content_block_start", "index": 0,
+                 "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                                   "input": {}}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "input_json_delta", "partial_json": '{"query": "742"}'}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "content_block_start", "index": 1,
+                 "content_block": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+                                   "content": []}},
+                {"type": "content_block_stop", "index": 1},
+            ]  # fmt: skip
+        block = item.get("content_block") if isinstance(item, dict) else None
+        if (block or {}).get("type") == "text" and item.get("type") == "content_block_start":
+            cite = {"type": "web_search_result_location", "url": "https://x", "cited_text": "x"}
+            out.append({"type": "content_block_delta", "index": item["index"],
+                        "delta": {"type": "citations_delta", "citation": cite}})  # fmt: skip
+    return out
+
+
+def responses_stream_extras(items: list[Any]) -> list[Any]:
+    """``response.web_search_call.*`` events and an ``output_text.annotation.added`` event."""
+    out: list[Any] = []
+    for item in items:
+        out.append(item)
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "response.created":
+            out += [{"type": f"response.web_search_call.{step}", "output_index": 0, "item_id": "ws_1"}
+                    for step in ("in_progress", "completed")]  # fmt: skip
+        if kind == "response.output_text.delta":
+            note = {"type": "url_citation", "url": "https://x", "start_index": 0, "end_index": 1}
+            out.append({"type": "response.output_text.annotation.added", "item_id": item.get("item_id"),
+                        "output_index": 0, "content_index": 0, "annotation_index": 0,
+                        "annotation": note})  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize("call", [False, True], ids=["answer", "call_then_answer"])
+@pytest.mark.parametrize(
+    ("provider", "edit"),
+    [("anthropic", anthropic_stream_extras), ("openai-responses", responses_stream_extras)],
+    ids=["anthropic", "openai-responses"],
+)
+def test_a_streamed_answer_with_harmless_extras_is_accepted(
+    tmp_path: Path, provider: str, edit: Edit, call: bool, transport: str
+) -> None:
+    first = Reply.calls(ORDER, edit=edit) if call else Reply.text(ANSWER, edit=edit)
+    replies = [first, Reply.text(ANSWER)] if call else [first]
+    code, out, bodies = run_turns(tmp_path, provider, replies, transport=transport)
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, len(replies)), (
+        out
+    )
+    assert [c["status"] for c in out["calls"]] == (["ok"] if call else []), out
