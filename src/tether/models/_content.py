@@ -157,5 +157,7 @@ def offered_call(call: Mapping[str, Any]) -> Mapping[str, Any]:
     kind = call.get("type")
     if kind not in (None, "", "function"):
         said = f"a {str(kind)[:40]!r} tool call (id {str(call.get('id'))[:80]!r})"
+        fn = call.get("function")
+        said += "" if isinstance(fn, dict) and fn.get("name") else " without a name"
         raise Retryable("unusable_response", f"{said}: a call of a kind this run does not offer")
     return call
