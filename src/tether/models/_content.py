@@ -29,6 +29,7 @@ __all__ = [
     "block_said",
     "calls_alike",
     "listed_blocks",
+    "offered_call",
     "parts_text",
     "piece",
     "refusal_text",
@@ -145,3 +146,18 @@ def calls_alike(a: list[tuple[Any, str]], b: list[tuple[Any, str]]) -> bool:
     last chunk giving the whole message after its deltas, its arguments as an object a server did
     not encode, or spaced otherwise: before, refused as said otherwise, on every try)."""
     return len(a) == len(b) and all(n == m and _agree(x, y) for (n, x), (m, y) in zip(a, b, strict=True))
+
+
+def offered_call(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A chat tool call (whole, or a stream's delta) whose ``type`` is ``function`` or left out
+    (servers that omit it), as given; one of another type (``custom``: a free-text tool's call,
+    or a kind the protocol adds later) is a call of a kind this run never offers: an unusable
+    answer, retried and never run, as a Responses ``custom_tool_call`` item is (before: a
+    ``custom`` call that also carried a ``function`` naming a tool ran that tool)."""
+    kind = call.get("type")
+    if kind not in (None, "", "function"):
+        said = f"a {str(kind)[:40]!r} tool call (id {str(call.get('id'))[:80]!r})"
+        fn = call.get("function")
+        said += "" if isinstance(fn, dict) and fn.get("name") else " without a name"
+        raise Retryable("unusable_response", f"{said}: a call of a kind this run does not offer")
+    return call

@@ -53,7 +53,7 @@ from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessag
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import MAX_CALL_ID, ModelRequest, ModelResponse, count, larger_usage, short_call_id
-from tether.models._content import calls_alike, parts_text, refusal_text
+from tether.models._content import calls_alike, offered_call, parts_text, refusal_text
 from tether.models._failures import is_error
 from tether.models._json import loads
 from tether.models._memo import ConversationMemo
@@ -272,7 +272,7 @@ class OpenAICompatible(OpenAIBackend):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
         calls = tuple(
             ToolCall(
-                id=str(c.get("id") or _call_id()),
+                id=str(offered_call(c).get("id") or _call_id()),
                 name=str((c.get("function") or {}).get("name") or ""),
                 arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
@@ -536,7 +536,7 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
     none, and one that names the call otherwise once its arguments began, or under its id again,
     is an unreadable stream (two names for one call)."""
-    index, fn = tc.get("index"), tc.get("function") or {}
+    index, fn = tc.get("index"), offered_call(tc).get("function") or {}
     index = None if index is None else _index(index)  # "1" is 1, as in the chunk before
     if index is None:  # the call with its id; without one, the call begun last; else a new one
         ids = {c["id"]: key for key, c in calls.items() if c["id"]}
