@@ -15,7 +15,8 @@ from datetime import date
 
 from tether.policy._provenance_dates import DateMention, date_mentions, is_month, undated_words
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
-from tether.policy._provenance_labels import normalise, shape_kind
+from tether.policy._provenance_labels import USER_WORD, normalise, shape_kind
+from tether.policy._provenance_mentions import placed
 from tether.policy._provenance_text import STOP, actions, asks_for, contains_whole, given_as, request_names
 from tether.policy._provenance_values import unfold
 
@@ -60,10 +61,15 @@ def given_for_another(
     gave as their last name is not theirs as a first name (empty when the request gives it for
     no field, or for this one; a secret's own check is ``says_what_for``). For a destination of
     a write, the other ``tools`` whose action alone the request gives it for
-    (``given_for_another_effect``)."""
+    (``given_for_another_effect``); for a party the request may give as a plain word
+    (``user:word``: a channel), the words it places as one ("post it *in random*") count as
+    its names, so "read general and post a summary in random" gives general for no post."""
     user_text = normalise(request)
     if rule.role in _PARTIES and tools is not None:
-        return given_for_another_effect(user_text, tools, rules, rule, value, request_names(request))
+        names = request_names(request)
+        if USER_WORD in rule.allow | rule.approve:  # a plain word the request places: "post in random"
+            names |= {w for w in set(_WORD.findall(user_text)) if w not in STOP and placed(user_text, w)}
+        return given_for_another_effect(user_text, tools, rules, rule, value, names)
     if rule.role != "profile" or rules is None:
         return []
     fields = [a for a, r in rules.arguments.items() if r.role in FIELD_ROLES]
@@ -222,8 +228,8 @@ def _named(span: str, names: frozenset[str]) -> list[str]:
     (``request_names``: "book *Hotel Beta* from May 13"), else nothing ("book it for May 13": a
     month is no name). It ends where a comma or a joining word opens a clause on a word that is
     no name: "book Le Baratin for May 14, 2024 *and check* the reviews of Chez Nous" names Le
-    Baratin only; "book Hotel Alpha and Hotel Beta" both."""
-    cut = next((m.start() for m in _JOIN.finditer(span) if m.group(1) not in names), len(span))
+    Baratin only; "book Hotel Alpha and Hotel Beta" both, "post it in general and in random" both."""
+    cut = next((m.start() for m in _JOIN.finditer(span) if m.group(1) not in names | _INTO), len(span))
     return [span[:cut]] if any(w in names for w in _WORD.findall(span[:cut])) else []
 
 
@@ -232,6 +238,7 @@ _TOKEN, _WORD = re.compile(r"\S+"), re.compile(r"[\w'’]+")
 _AROUND = "\"'“”‘’()[]<>{},;:!?#"
 _LIST_WORDS = frozenset({"and", "or", "also", "plus", "as", "well", "both", "either"})
 _JOIN = re.compile(r"(?:[,:]|\b(?:and|then|but|so|after|before|while)\b)\s+([^\W\d]['’\w]*)")
+_INTO = frozenset({"in", "into", "to", "on", "onto", "at", "via"})  # "… and *in* random": the list goes on
 _RANGE = frozenset({"from", "to", "until", "till", "through", "thru", "between"})
 _SENTENCE = re.compile(r"[.!?;](?=\s|$)|\n")
 

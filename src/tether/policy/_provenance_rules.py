@@ -46,6 +46,7 @@ from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
     USER,
+    USER_WORD,
     Directory,
     Origin,
     Segment,
@@ -352,7 +353,7 @@ class ProvenanceRules:
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
-            elif USER in classes and (
+            elif classes & {USER, USER_WORD} and (
                 other := given_for_another(
                     index.objective, self._rules_of(call.spec.name), rule, text, self.tools
                 )

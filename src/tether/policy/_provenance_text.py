@@ -227,9 +227,9 @@ def asks_for(text: str, phrase: str) -> bool:
     names a mail, "*send* the report" asks for one), nor the user or a source just after it
     ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages), nor
     does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
-    file?"; "can you *send* it?" is a request), nor is it refused ("*don't delete* anything",
-    "never send", "not to share"). A word the request only uses for something else never asks
-    for the effect."""
+    file?"; "can you *send* it?" is a request), nor is it refused in its clause ("*don't delete*
+    anything", "never send", "no need to share"; "don't forget to" reminds). A word the request
+    only uses for something else never asks for the effect."""
     return bool(actions(text, phrase))
 
 
@@ -242,19 +242,18 @@ def actions(text: str, phrase: str) -> list[tuple[int, int]]:
         prior, after = near[1], (a.group(1) if (a := _WORDS_AFTER.match(text, m.end())) else "")
         if prior in _NAMING_BEFORE or prior.endswith(("'s", "’s")) or after in _NAMING_AFTER:
             continue
-        refused = (_negates(near[1:]) or (prior == "to" and _negates(near[:1]))) and after not in LIMITING
+        opening = max((c.end() for c in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+        clause = _after_joiner(_WORDS_BEFORE_ALL.findall(text, opening, m.start())[-_NEGATION_REACH:])
+        at = next((i for i in range(len(clause)) if _negates(clause[: i + 1])), len(clause))
+        refused = at < len(clause) and not set(clause[at:]) & _REMINDERS and after not in LIMITING
         if not in_question(text, m.start(), m.end()) and not refused:  # "don't / not to send"
             found.append(m.span())
     return found
 
 
 def said(text: str, phrase: str) -> bool:
-    """Whether the (normalised) request ``text`` says ``phrase`` (a choice it makes: "monthly",
-    "standing order", "public link") at least once as a word of its own and not negated: no
-    negation ("not", "no", "never", "without", "rather than", "instead of", a word ending in "n't";
-    "stop", "cancel") among the few words just before it in its clause. "Pay it once, not as a
-    standing order", "I do not want anything recurring" and "cancel the standing order" choose
-    no standing order."""
+    """Whether the (normalised) request ``text`` says ``phrase`` (a choice: "monthly") at least
+    once not negated (``negated``: "pay it once, not as a standing order" chooses none)."""
     words = normalise(phrase)
     pattern = rf"(?<!\w){re.escape(words)}(?!\w)"
     return bool(words) and any(not negated(text, m.start()) for m in re.finditer(pattern, text))
@@ -287,6 +286,7 @@ _NEGATIONS = frozenset(_NEGATION_WORDS.split(" "))
 _NEGATING_PAIRS = frozenset([("rather", "than"), ("instead", "of")])
 _CLAUSE_JOINERS = frozenset(["but", "and", "or", "then", "so"])
 _NEGATION_REACH = 4  # words before a phrase where a negation still governs it
+_REMINDERS = frozenset(["forget", "fail", "hesitate", "neglect", "miss"])  # "do not forget to send"
 _WORDS_BEFORE_ALL = re.compile(r"[\w'’]+")
 
 
