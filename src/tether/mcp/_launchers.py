@@ -19,7 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tether.mcp._runnable import found, missing_interpreter, not_found, unrunnable, which
+from tether.mcp._runnable import (
+    found,
+    missing_interpreter,
+    not_found,
+    script_head,
+    unrunnable,
+    which,
+)
 
 __all__ = [
     "NEVER_SEEN",
@@ -194,12 +201,7 @@ def _interpreter_of(exe: Path) -> str | None:
     real = exe.resolve()
     if _PYTHON.match(real.name) or real.name in _NODE:
         return str(exe)
-    try:
-        with open(exe, "rb") as f:
-            head = f.read(1024)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
+    if (head := script_head(exe)) is None:
         return None
     lines = head.decode("utf-8", errors="replace").splitlines()
     if not (words := lines[0][2:].split()):

@@ -16,7 +16,15 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["cannot_run", "found", "missing_interpreter", "not_found", "unrunnable", "which"]
+__all__ = [
+    "cannot_run",
+    "found",
+    "missing_interpreter",
+    "not_found",
+    "script_head",
+    "unrunnable",
+    "which",
+]
 
 _PROVIDED_BY = {
     **dict.fromkeys(("npx", "npm", "node", "nodejs"), "Node.js (it provides node, npm and npx)"),
@@ -47,6 +55,17 @@ def which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
     return Path(found) if found else None
 
 
+def script_head(exe: Path) -> bytes | None:
+    """A script's first kilobyte, where it opens with a ``#!`` line (``None``: no such line, or the
+    file cannot be read)."""
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    return head if head.startswith(b"#!") else None
+
+
 def unrunnable(command: str, env: Mapping[str, str], cwd: Path) -> str | None:
     """Why the system would refuse to run ``command``'s file itself (``None``: it would run it,
     or it is not found): not executable, a ``#!`` line ending in a carriage return (the file has
@@ -57,12 +76,7 @@ def unrunnable(command: str, env: Mapping[str, str], cwd: Path) -> str | None:
         return None
     if not os.access(exe, os.X_OK):
         return f"{command!r} is not executable: chmod +x it, or {_FIRST}"
-    try:
-        with open(exe, "rb") as f:
-            head = f.read(512)
-    except OSError:
-        return None
-    if not head.startswith(b"#!"):
+    if (head := script_head(exe)) is None:
         return None
     line = head[2:].split(b"\n", 1)[0]
     if line.endswith(b"\r"):
