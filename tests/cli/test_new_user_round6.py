@@ -100,9 +100,11 @@ def test_ctrl_c_while_a_plain_tool_runs_ends_the_run_interrupted_not_accepted(tm
     out = last_json(done.stdout)
     assert (done.returncode, out["stop_reason"], out["exit"]) == (130, "interrupted", 130), done.stdout
     assert out["answer"] is None  # the stand-in's final answer was never asked for
-    # The tool had run (it was not cut mid-way); the trace ends with the one stop and says so.
+    # Ctrl-C no longer waits for the tool's thread (it cannot be stopped): what it returns after
+    # the interrupt is discarded, so at most the one observation made before it is traced; the
+    # trace ends with the one stop and says so.
     events = [json.loads(x) for x in Path(out["trace"]).read_text(encoding="utf-8").splitlines()]
-    assert [e["kind"] for e in events if e["kind"] == "tool_observation"] == ["tool_observation"]
+    assert len([e for e in events if e["kind"] == "tool_observation"]) <= 1
     assert events[-1]["kind"] == "stop" and events[-1]["reason"] == "interrupted"
     assert sum(1 for e in events if e["kind"] == "model_response") == 1
 

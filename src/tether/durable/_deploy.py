@@ -9,12 +9,14 @@ worker --init``) creates the database if missing and migrates DBOS's tables and 
 
 from __future__ import annotations
 
-from contextlib import closing
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.sql._postgres import PgUrl, StoreUnavailable
+from tether.sql._postgres import PgUrl, StoreHeld, StoreUnavailable
 from tether.stores._url import parse_url
 
 INIT_HINT = "create it once with: tether db init --db URL"
@@ -271,7 +273,8 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
                 raise
             created = _create_database(t, timeout_s)
     cfg = dbos_config(url, executor_id="init")
-    DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
+    with _one_dbos_migration(t, timeout_s):
+        DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
     stores = open_stores(url)
     try:
         if stores.db is not None:
@@ -281,6 +284,32 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
         stores.close()
     check_deployment(url, timeout_s=timeout_s)
     return {"target": t.describe(), "database_created": created, "dbos_schema": t.dbos_schema}
+
+
+# DBOS's own migrations take no lock: two inits at once could both run a statement PostgreSQL
+# will not run twice at the same instant (an internal "tuple concurrently updated" error, exit 7).
+# They run one at a time under a session lock of their own (closing its connection lets go). It
+# is asked for by short tries, never waited on inside a statement: a session waiting in a
+# statement keeps a snapshot, which the holder's ``CREATE INDEX CONCURRENTLY`` would wait on.
+DBOS_MIGRATION_WAIT_S = 120.0
+_TRY_DBOS_LOCK = "SELECT pg_try_advisory_lock(hashtext('tether_dbos_migrations'))"
+
+
+@contextmanager
+def _one_dbos_migration(t: Target, timeout_s: float) -> Iterator[None]:
+    if t.backend != "postgresql":
+        yield
+        return
+    with closing(_connect(t, timeout_s=timeout_s)) as conn:
+        deadline = time.monotonic() + DBOS_MIGRATION_WAIT_S
+        while not conn.execute(_TRY_DBOS_LOCK).fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise StoreHeld(
+                    f"{t.describe()}: another init's DBOS migrations did not end within "
+                    f"{DBOS_MIGRATION_WAIT_S:g} s; run tether db init again once it has"
+                )
+            time.sleep(0.2)
+        yield
 
 
 def _create_database(t: Target, timeout_s: float) -> bool:
