@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 __all__ = ["TOKEN_GUESSES", "TOKEN_ID_GUESSES", "Throttle", "TokenGuesses", "attacker"]
 
@@ -59,13 +59,7 @@ class Throttle:
         return [("pair", f"{name}\x00{client}"), ("client", client), ("name", name)]
 
     def _recent(self, key: tuple[str, str]) -> list[float]:
-        now = time.monotonic()
-        recent = [t for t in self._failures.get(key, []) if now - t < self.window_s]
-        if recent:
-            self._failures[key] = recent
-        else:
-            self._failures.pop(key, None)
-        return recent
+        return _within(self._failures, key, time.monotonic(), self.window_s)
 
     def blocked(self, name: str, client: str) -> bool:
         keys = self._keys(name, client)
@@ -129,12 +123,7 @@ class TokenGuesses:
         self._lock = threading.Lock()  # token checks run on worker threads
 
     def _recent(self, key: tuple[str, ...], now: float) -> list[float]:
-        recent = [t for t in self._tried.get(key, []) if now - t < self.window_s]
-        if recent:
-            self._tried[key] = recent
-        else:
-            self._tried.pop(key, None)
-        return recent
+        return _within(self._tried, key, now, self.window_s)
 
     def attempt(self, token_id: str, client: str) -> float | None:
         """Reserve one attempt under ``token_id`` from ``client`` (checked and counted under one
@@ -165,3 +154,17 @@ class TokenGuesses:
             for key in ((token_id, who), (token_id, "")):
                 if at in self._tried.get(key, []):
                     self._tried[key].remove(at)
+
+
+_K = TypeVar("_K")
+
+
+def _within(times: dict[_K, list[float]], key: _K, now: float, window_s: float) -> list[float]:
+    """``key``'s times within the last ``window_s`` seconds, the older ones dropped from
+    ``times`` (and the key, once none is left)."""
+    recent = [t for t in times.get(key, []) if now - t < window_s]
+    if recent:
+        times[key] = recent
+    else:
+        times.pop(key, None)
+    return recent
