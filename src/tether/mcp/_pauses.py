@@ -9,7 +9,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -17,8 +17,8 @@ from sqlalchemy import Connection, Row, select, update
 
 from tether.errors import ApprovalError
 from tether.sql._database import SqlStore
-from tether.sql._tables import PG_ONLY, insertion_order, lock
 from tether.sql._tables import elicitation_pauses as T
+from tether.sql._tables import insertion_order, lock
 
 __all__ = ["Pause", "PauseStore", "Pauses", "question_key", "task_key"]
 
@@ -59,7 +59,8 @@ class Pause:
         return str(self.answer["task_id"]) if self.answer and "task_id" in self.answer else None
 
 
-_COLUMNS = [c for c in T.c if not c.info.get(PG_ONLY)]
+# The table's columns are named as the value's fields: a row maps onto its value.
+_COLUMNS = [T.c[f.name] for f in fields(Pause)]
 
 
 def _stamp() -> str:
@@ -67,22 +68,9 @@ def _stamp() -> str:
 
 
 def _pause(row: Row[Any]) -> Pause:
-    return Pause(
-        row.id,
-        row.created_at,
-        row.run_id,
-        row.server,
-        row.tool,
-        json.loads(row.arguments),
-        row.message,
-        json.loads(row.schema),
-        row.question_key,
-        row.status,
-        row.action,
-        json.loads(row.answer) if row.answer else None,
-        row.answered_by,
-        row.outcome,
-    )
+    answer = json.loads(row.answer) if row.answer else None
+    parsed = {"arguments": json.loads(row.arguments), "schema": json.loads(row.schema), "answer": answer}
+    return Pause(**{**row._mapping, **parsed})
 
 
 def _get(conn: Connection, pause_id: str) -> Pause:
@@ -161,10 +149,11 @@ def _take_answer(conn: Connection, key: str, run_id: str) -> Pause | None:
     return _get(conn, row.id)
 
 
-def _parked(conn: Connection, run_id: str, key: str) -> Pause | None:
+def _first(conn: Connection, run_id: str, key: str, status: PauseStatus) -> Pause | None:
+    """The run's oldest pause for question (or task) ``key`` in ``status``."""
     row = conn.execute(
         select(*_COLUMNS)
-        .where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "task")
+        .where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == status)
         .order_by(insertion_order(conn, T))
         .limit(1)
     ).first()
@@ -243,13 +232,8 @@ class PauseStore(SqlStore):
 
         def create(conn: Connection) -> Pause:
             lock(conn, f"pause|{run_id}|{key}")
-            row = conn.execute(
-                select(*_COLUMNS).where(
-                    T.c.question_key == key, T.c.run_id == run_id, T.c.status == "pending"
-                )
-            ).first()
-            if row is not None:
-                return _pause(row)
+            if (found := _first(conn, run_id, key, "pending")) is not None:
+                return found
             return _insert(conn, "elic-", run_id, server, tool, arguments, message, schema, key, "pending")
 
         return await self.db.write(create)
@@ -309,7 +293,7 @@ class PauseStore(SqlStore):
 
         def park(conn: Connection) -> Pause:
             lock(conn, f"pause|{run_id}|{key}")
-            found = _parked(conn, run_id, key)
+            found = _first(conn, run_id, key, "task")
             if found is not None and found.task_id == task_id:
                 conn.execute(update(T).where(T.c.id == found.id).values(answer=json.dumps(waiting)))
                 return _get(conn, found.id)
@@ -327,4 +311,4 @@ class PauseStore(SqlStore):
 
     async def parked(self, run_id: str, server: str, tool: str, arguments: dict[str, Any]) -> Pause | None:
         """The run's task pause for this very call, if its task has not ended yet."""
-        return await self.db.read(_parked, run_id, task_key(server, tool, arguments))
+        return await self.db.read(_first, run_id, task_key(server, tool, arguments), "task")

@@ -577,5 +577,4 @@ class SqlApprovalStore(SqlStore):
         await self.db.write(release)
 
     async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
-        """The checkpoints (with ``status`` only, if given), least recently updated first."""
         return await self.db.read(_list_checkpoints, status)

@@ -130,23 +130,18 @@ async def run_in_thread(name: str, function: object, call: Callable[[], Any], ti
 def _loop_scheduler() -> Callable[[Callable[[], None]], None]:
     """A thread-safe ``soon(fn)`` that runs ``fn`` on the current event loop, and does nothing
     once that loop has closed."""
+    post: Callable[[Callable[[], None]], object]
+    closed: type[Exception] = RuntimeError  # the loop has closed
     try:
-        loop = asyncio.get_running_loop()
+        post = asyncio.get_running_loop().call_soon_threadsafe
     except RuntimeError:  # another event loop (trio): its token
         native: Any = getattr(anyio.lowlevel.current_token(), "native_token", None)
-
-        def soon_native(fn: Callable[[], None]) -> None:
-            try:
-                native.run_sync_soon(fn)
-            except Exception:  # the loop has ended: nobody is left to tell
-                return
-
-        return soon_native
+        post, closed = lambda fn: native.run_sync_soon(fn), Exception  # the loop has ended
 
     def soon(fn: Callable[[], None]) -> None:
         try:
-            loop.call_soon_threadsafe(fn)
-        except RuntimeError:  # the loop has closed: nobody is left to tell
+            post(fn)
+        except closed:  # nobody is left to tell
             return
 
     return soon

@@ -1,7 +1,7 @@
 """The options more than one command takes, each declared once: ``--json``, ``--db`` before or
-after the action, ``--scenario``, ``--out``, the scripted stand-in's ``--script`` and ``--call``,
-and the model and output groups of the commands that run an agent (``tether run``, ``tether mcp
-run``).
+after the action, a person's answer to a paused question, ``--scenario``, ``--out``, the scripted
+stand-in's ``--script`` and ``--call``, and the model and output groups of the commands that run
+an agent (``tether run``, ``tether mcp run``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "add_actions",
+    "add_answer",
     "add_db",
     "add_json",
     "add_model_options",
@@ -20,6 +21,7 @@ __all__ = [
     "add_resolve",
     "add_scenario",
     "add_script",
+    "answer_of",
 ]
 
 JSON_HELP = "print one JSON object as the last line"
@@ -43,6 +45,35 @@ def add_db(parser: argparse.ArgumentParser, actions: Any, help: str) -> None:
     parser.add_argument("--db", default=None, help=help)
     for action in actions.choices.values():
         action.add_argument("--db", default=argparse.SUPPRESS, help=help)
+
+
+def add_answer(p: argparse.ArgumentParser, by: str) -> None:
+    """A person's answer to a paused question (read by ``answer_of``): ``--answer``, ``--decline``
+    or ``--cancel``, and who gives it (``--by``, by default ``by``)."""
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
+    how.add_argument("--decline", action="store_true", help="decline to answer")
+    how.add_argument("--cancel", action="store_true", help="cancel the question")
+    p.add_argument("--by", help=f"who answers (default: {by})")
+
+
+def answer_of(args: argparse.Namespace) -> tuple[str, dict[str, Any] | None]:
+    """The action and the content ``add_answer``'s options give. Raises ``ApprovalError``
+    (``invalid_answer``) for an ``--answer`` that is not a JSON object."""
+    import json
+
+    from tether.errors import ApprovalError
+
+    if args.decline or args.cancel:
+        return ("decline" if args.decline else "cancel"), None
+    try:
+        content = json.loads(args.answer)
+    except json.JSONDecodeError as err:
+        why = f"--answer is not JSON ({err.msg} at character {err.pos})"
+        raise ApprovalError("invalid_answer", why) from None
+    if not isinstance(content, dict):
+        raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+    return "accept", content
 
 
 def add_resolve(actions: Any, help: str) -> None:

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 
 from tether.cli._commands._options import (
     add_actions,
+    add_answer,
     add_json,
     add_model_options,
     add_output_options,
     add_script,
+    answer_of,
 )
 from tether.cli._commands._progress import show_text
 from tether.clisupport.approvals_db import default_db
@@ -100,11 +102,7 @@ def _add_run(msub: Any) -> None:
 def _add_resume(msub: Any) -> None:
     res = msub.add_parser("resume", help="answer a paused elicitation and re-run the paused call")
     res.add_argument("pause_id")
-    group = res.add_mutually_exclusive_group(required=True)
-    group.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
-    group.add_argument("--decline", action="store_true")
-    group.add_argument("--cancel", action="store_true")
-    res.add_argument("--by", help="who answers (default: the login name)")
+    add_answer(res, by="the login name")
     res.add_argument("--db", type=Path, help="the run's approval store (for the resume hint)")
     res.add_argument(
         "--answer-only",
@@ -391,13 +389,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args)
-        content = None
-        action = "decline" if args.decline else "cancel" if args.cancel else "accept"
-        if action == "accept":
-            try:
-                content = json.loads(args.answer)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
+        action, content = answer_of(args)
         actor = args.by or getpass.getuser()
         if args.answer_only:
             pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)

@@ -9,7 +9,7 @@ import argparse
 import os
 from typing import Any
 
-from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
+from tether.cli._commands._options import add_actions, add_answer, add_db, add_json, add_resolve, answer_of
 from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail, outcome, safe, table
 from tether.errors import ApprovalError, ConfigError
 
@@ -47,11 +47,7 @@ def register(sub: Any) -> None:
     acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
     ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
     ans.add_argument("pause_id")
-    how = ans.add_mutually_exclusive_group(required=True)
-    how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
-    how.add_argument("--decline", action="store_true", help="decline to answer")
-    how.add_argument("--cancel", action="store_true", help="cancel the question")
-    ans.add_argument("--by", help="who answers (default: $USER)")
+    add_answer(ans, by="$USER")
     add_resolve(acts, "record what became of an escalated effect (outcome unknown)")
     mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
     mv.add_argument("run_id")
@@ -281,20 +277,10 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
-    import json
-
     from tether.mcp._elicitation import store_answer
     from tether.sql._database import blocking
 
-    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
-    content = None
-    if action == "accept":
-        try:
-            content = json.loads(args.answer)
-        except json.JSONDecodeError as err:
-            raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
-        if not isinstance(content, dict):
-            raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+    action, content = answer_of(args)
     actor = args.by or _who()
     pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
