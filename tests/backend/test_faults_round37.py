@@ -297,19 +297,20 @@ async def test_a_broken_exchange_says_why(provider: str, transport: str, make: M
     assert "RemoteProtocolError" in str(caught.value) and said in str(caught.value), caught.value
 
 
-@pytest.mark.anyio
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("provider", PROVIDERS)
-async def test_a_request_tether_cannot_write_never_quotes_the_key(
-    provider: str, transport: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A key variable holding a newline: the request cannot be written; the error names its class
-    only (the HTTP library's reason quotes the header, key and all)."""
-    monkeypatch.setenv("ROUND37_KEY", "sk-round37-SECRET\nx")
-    with RawServer(raw(lambda b: sized(b), provider)) as server, pytest.raises(ModelError) as caught:
-        await _ask(provider, transport, server.url, timeout_s=3, api_key_env="ROUND37_KEY")
-    assert "LocalProtocolError" in str(caught.value), caught.value
-    assert "SECRET" not in str(caught.value) and server.requests == 0, caught.value
+def test_an_error_about_the_request_never_quotes_it() -> None:
+    """The HTTP library's reason is said for errors about the server's bytes or the connection;
+    one about the request tether wrote (``LocalProtocolError`` quotes the header, key and all)
+    or a proxy (its URL may hold a password) names its class only."""
+    import httpx2
+
+    from tether.models._failures import Failures
+
+    secret = "Illegal header value b'Bearer sk-round37-SECRET\\n'"
+    for err in (httpx2.LocalProtocolError(secret), httpx2.ProxyError(f"http://u:SECRET@proxy {secret}")):
+        said = str(Failures.transport(err, "before the answer"))
+        assert "SECRET" not in said and type(err).__name__ in said, said
+    said = str(Failures.transport(httpx2.RemoteProtocolError("illegal status line: b'HTTP/2 200'"), "here"))
+    assert said.endswith("RemoteProtocolError here: illegal status line: b'HTTP/2 200'"), said
 
 
 # -- PINNED: framing, HTTP and timing oddities that already end honestly -----------------------
@@ -536,3 +537,90 @@ def test_pinned_idle_events_forever_are_cut_at_the_timeout(
     code, out, requests, _ = run_case(tmp_path, provider, case, "stream", transport)
     assert (code, out["stop_reason"], requests) == (7, "model_error", 2), out
     assert "did not complete within 1s" in out["message"], out["message"]
+
+
+# -- fixed: a key or header value an HTTP header cannot carry -----------------------------------
+
+
+def run_keyed(tmp_path: Path, provider: str, transport: str, key: str) -> tuple[int, str, list[Any]]:
+    """``tether run --agent`` with ``$ROUND37_KEY`` set to ``key``: exit code, what it printed,
+    the requests the server received."""
+    import contextlib
+    import io
+    import os
+
+    from test_faults_heldout import write_agent
+
+    from tether.cli import main
+    from tether_testing.fake_server import scripted
+
+    with SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+        model = {"provider": provider, "name": "m-1", "base_url": server.url, "api_key_env": "ROUND37_KEY"}
+        path = write_agent(tmp_path, {**model, "transport": transport, "timeout_s": 3, "max_retries": 1})
+        out, err = io.StringIO(), io.StringIO()
+        old = os.environ.get("ROUND37_KEY")
+        os.environ["ROUND37_KEY"] = key
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+        finally:
+            os.environ.pop("ROUND37_KEY") if old is None else os.environ.update(ROUND37_KEY=old)
+        return code, out.getvalue() + err.getvalue(), server.received
+
+
+def key_header(provider: str, headers: dict[str, str]) -> str:
+    """The key as the request carried it (Anthropic's ``x-api-key``, or a bearer token)."""
+    return headers.get("x-api-key") or headers["authorization"].removeprefix("Bearer ")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("key", ["sk-round37-key\n", "  sk-round37-key \r\n"], ids=["newline", "spaces"])
+def test_a_key_a_secrets_file_ended_with_a_newline_is_sent_without_it(
+    tmp_path: Path, provider: str, transport: str, key: str
+) -> None:
+    """A key variable read from a file (its last newline kept): the run is answered, the key sent
+    without the space around it (before: every try failed ``LocalProtocolError``, exit 7)."""
+    code, printed, received = run_keyed(tmp_path, provider, transport, key)
+    assert code == 0 and len(received) == 2, printed
+    assert {key_header(provider, r.headers) for r in received} == {"sk-round37-key"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [("\u201csk-round37-SECRET\u201d", "U+201C (LEFT DOUBLE QUOTATION MARK) at position 1"),
+     ("sk-round37-\nSECRET", "U+000A (a control character) at position 12")],
+    ids=["typographic-quotes", "inner-newline"],
+)  # fmt: skip
+def test_a_key_no_header_can_carry_is_a_config_error_naming_the_variable(
+    tmp_path: Path, provider: str, transport: str, key: str, said: str
+) -> None:
+    """A key copied with typographic quotes, or broken by a newline: the run stops before any
+    request, naming the variable and the character, never the key (before: an untyped
+    ``UnicodeEncodeError`` crash, or a ``connection`` error retried on every try)."""
+    code, printed, received = run_keyed(tmp_path, provider, transport, key)
+    assert code not in (0, 7) and received == [], (code, printed)
+    assert f"$ROUND37_KEY holds {said}" in printed and "SECRET" not in printed, printed
+    assert "Traceback" not in printed, printed
+
+
+def test_extra_headers_are_checked_where_they_are_read() -> None:
+    """The Python API's ``headers``: space around a value dropped; a control or non-ASCII
+    character in a value, or a name that is no header name, a ``ConfigError`` naming the header
+    only (the value may be a token)."""
+    from tether.errors import ConfigError
+    from tether.models import OpenAICompatible
+
+    url = "http://127.0.0.1:9/v1"
+    model = OpenAICompatible("m-1", base_url=url, headers={"X-Org": " team-7\n", "X-Tab": "a\tb"})
+    assert model.headers == {"X-Org": "team-7", "X-Tab": "a\tb"}
+    for headers, said in (
+        ({"X-Token": "tok-SECRET\r\nX-Evil: 1"}, "the value of X-Token holds U+000D"),
+        ({"X-Token": "tok-\u00e9-SECRET"}, "the value of X-Token holds U+00E9"),
+        ({"X Token": "x"}, "'X Token' is not a header name"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            OpenAICompatible("m-1", base_url=url, headers=headers)
+        assert said in str(caught.value) and "SECRET" not in str(caught.value), caught.value
