@@ -24,7 +24,12 @@ Fixed here:
   the answer``), so a trace could not tell a malformed status line from a server that hung up:
   its reason is now said (``illegal status line``, ``illegal chunk header``, ``conflicting
   Content-Length headers``), for errors about the server's bytes only: one about tether's own
-  request (a key variable holding a newline) still names only its class, never the key.
+  request or a proxy still names only its class (it may quote a header or a proxy's password);
+- a key variable a secrets file ended with a newline (or spaces around it) failed every try as
+  ``connection: LocalProtocolError`` (exit 7); one with a character no header can carry (a
+  typographic quote copied with it) ended in an untyped ``UnicodeEncodeError``. Space around a
+  key or an extra ``headers`` value is dropped; any other such character is a ``ConfigError``
+  naming the variable or header and the character, never the value (``models/_headers``).
 
 Probed, all already honest; pinned here so they stay so (``PINNED``, and the tests after it):
 SSE lines ended by CR, LF and CRLF mixed in one stream, a CRLF cut between HTTP chunks, one byte
