@@ -46,6 +46,7 @@ from tether.models._base import (
 from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, unusable
+from tether.models._headers import api_key, header_values
 from tether.models._json import written
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, billed
@@ -93,15 +94,6 @@ class BackendOptions(TypedDict, total=False):
     transport: Transport
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
-
-
-def api_key(env: str, base_url: str, official_host: str | None) -> str:
-    """The key from ``$env``: required for the provider's own host, a placeholder for a local
-    server. Raises ``ConfigError``."""
-    key = os.environ.get(env, "")
-    if not key and urlsplit(base_url).hostname == official_host:
-        raise ConfigError(f"set ${env} to use {base_url}")
-    return key or "no-key"
 
 
 def key_missing(backend: type[HTTPBackend], env: str | None, base_url: str | None) -> str | None:
@@ -316,7 +308,7 @@ class HTTPBackend(RetryingBackend):
         self.price = price_for(model, self.prices)
         self.rate_limit = rate_limit
         self.on_delta = on_delta
-        self.headers = dict(headers or {})
+        self.headers = header_values(headers)
         if max_connections < 1:
             raise ConfigError("max_connections must be at least 1")
         self.max_connections = max_connections

@@ -51,6 +51,7 @@ __all__ = [
     "is_error",
     "is_text",
     "retry_after",
+    "said_by",
     "unusable",
 ]
 
@@ -158,19 +159,30 @@ def _reset_in(value: str) -> float | None:
 
 
 def _joined(value: str, scale: float) -> float:
-    """A ``retry-after`` that is no single number: the longest of the numbers a header sent
-    more than once holds, else (``retry-after`` only) the time until its HTTP date; -1 when it
-    says none."""
+    """A ``retry-after`` that is no single number: a header sent more than once, joined by the
+    client with commas (``5, 30``; two HTTP dates, each with its own comma after the weekday; a
+    number and a date; a proxy's word beside the server's number): the longest wait any of its
+    values says (an HTTP date for ``retry-after`` only); -1 when none says one. Before, two
+    dates were read as the first alone (the shorter wait lost), and a number beside a date or a
+    word as no wait at all (the rate-limited server asked again at once)."""
+    parts = [part.strip() for part in value.split(",")]
     waits: list[float] = []
-    for part in value.split(","):
+    at = 0
+    while at < len(parts):
+        field = parts[at]
+        if field[:3].lower() in _WEEKDAYS and at + 1 < len(parts):  # ``Wed, 21 Oct 2015 …``
+            field, at = f"{field}, {parts[at + 1]}", at + 1
+        at += 1
         try:
-            waits.append(float(part) / scale)
+            wait = float(field) / scale
         except ValueError:
-            break
-    else:
-        if valid := [w for w in waits if w >= 0]:  # NaN and negatives say no wait
-            return max(valid)
-    return _until(value) if scale == 1.0 else -1.0
+            wait = _until(field) if scale == 1.0 else -1.0
+        if wait >= 0:  # NaN and negatives say no wait
+            waits.append(wait)
+    return max(waits, default=-1.0)
+
+
+_WEEKDAYS = frozenset({"mon", "tue", "wed", "thu", "fri", "sat", "sun"})
 
 
 def _until(date: str) -> float:
@@ -226,12 +238,29 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
         elif isinstance(value, str) and value and value not in _NO_KIND and value not in names:
             names.append(value)
     kind = " / ".join(names) or None
-    message = str(inner.get("message") or inner.get("detail") or inner)[:500]
+    message = _said(inner.get("message") or inner.get("detail"), inner)[:500]
     if any(n.lower() in RETRYABLE_KINDS for n in names):
         return kind, message, True
     if numeric is not None:
         return kind or str(numeric), message, numeric >= 500 or numeric in AGAIN_STATUSES
     return kind, message, (False if names else None)
+
+
+def _said(told: object, inner: dict[str, Any]) -> str:
+    """What an error object says in words: its message; a list of field errors (FastAPI's
+    ``detail: [{"loc": …, "msg": …}]``, a 422) as each field and its message; else the object as
+    JSON, or that it gives no details (``{}``: a Responses ``failed`` status with no ``error``)
+    rather than Python's repr of it."""
+    if isinstance(told, list) and told and all(isinstance(d, dict) and d.get("msg") for d in told):
+        return "; ".join(f"{'.'.join(map(str, d.get('loc') or ())) or 'request'}: {d['msg']}" for d in told)
+    if told and not isinstance(told, (dict, list)):
+        return str(told)
+    if not inner:
+        return "(no error details given)"
+    try:
+        return json.dumps(told or inner, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):  # a circular or too deep object: its repr, bounded above
+        return str(told or inner)
 
 
 def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
@@ -362,7 +391,31 @@ class Failures:
             return Retryable("timeout", f"the HTTP client timed out {during}")
         if isinstance(err, httpx2.DecodingError):
             return Retryable("unusable_response", f"the body does not decode {during}: {err}")
-        return Retryable("connection", f"{type(err).__name__} {during}")
+        return Retryable("connection", f"{type(err).__name__} {during}{said_by(err)}")
+
+
+def said_by(err: BaseException) -> str:
+    """What a transport error says of itself, after a colon (an HTTP library's reason: "illegal
+    status line", "Connection refused"), on one line, control characters dropped and at most 200
+    characters; empty when it says nothing (before, only the class was named, so a trace could not
+    tell a malformed answer from a reset). Only an error about the server's answer or the
+    connection says it: one about tether's own request (``LocalProtocolError``: an illegal header
+    value, which it quotes, credentials included) or a proxy (whose URL may hold a password) says
+    nothing more than its class."""
+    if type(err).__name__ not in _ABOUT_THE_ANSWER:
+        return ""
+    said = " ".join(_CONTROL_TEXT.sub(" ", str(err)).split())[:200]
+    return f": {said}" if said else ""
+
+
+# httpx2's errors (and ``h11``'s, as httpx2 names them) that describe the server's bytes or the
+# connection, never the request tether wrote.
+_ABOUT_THE_ANSWER = frozenset(
+    {"RemoteProtocolError", "ReadError", "WriteError", "ConnectError", "CloseError"}
+)
+
+
+_CONTROL_TEXT = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Reported(Retryable):

@@ -17,7 +17,8 @@ names), so every step of every run of one agent lands on the same cache.
 The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
 ``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
 summaries as the message's reasoning); a call of another kind the client must answer (an item
-with a ``call_id``: a custom tool, a shell, a computer) is a call the run never offers, retried as
+with a ``call_id``: a custom tool, a shell, a computer; or one that asks the client something:
+``mcp_approval_request``) is a call the run never offers, retried as
 an unusable answer; a stream's items as ``output_item.done`` gives them, or
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
@@ -318,7 +319,8 @@ class OpenAIResponses(OpenAIBackend):
                 # shell, a computer): the model asked for an action no tool here performs, so its
                 # text is a preamble, not the final answer (before: the item was passed over as
                 # one of a type the API added later, and the preamble accepted).
-                said = f"a {kind} item (call_id {str(item['call_id'])[:80]!r})"
+                key = "call_id" if item.get("call_id") else "id"
+                said = f"a {kind} item ({key} {str(item.get(key))[:80]!r})"
                 raise Retryable("unusable_response", f"{said}: a call of a kind this run does not offer")
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")

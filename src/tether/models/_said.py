@@ -367,8 +367,13 @@ def client_call(item: Mapping[str, Any]) -> bool:
     whatever kind of client tool the API adds next: each is answered by an output that names its
     ``call_id``), not the output of one (``…_output``, an input item a proxy echoed). A tool the
     server runs itself (``web_search_call``, ``file_search_call`` …) has no ``call_id``, and an
-    item of a type the API added later without one is passed over."""
+    item of a type the API added later without one is passed over. An item that asks the client
+    something (a ``…_request``: ``mcp_approval_request``, answered by the client's
+    ``…_response`` naming its ``id``) is one too: the server waits on the client, so text beside
+    it is no final answer."""
     kind = str(item.get("type") or "")
+    if kind.endswith("_request"):
+        return True
     return bool(item.get("call_id")) and kind != "function_call" and not kind.endswith("_output")
 
 

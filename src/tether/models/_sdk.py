@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from tether.errors import ModelError
-from tether.models._failures import Failures, unusable
+from tether.models._failures import Failures, said_by, unusable
 from tether.models._retrying import Retryable
 from tether.models._sse import gunzipped
 
@@ -37,7 +37,8 @@ def sdk_error(sdk: Any, err: BaseException, failures: Failures) -> Exception:
     if isinstance(err, sdk.APITimeoutError):
         return Retryable("timeout", "the HTTP client timed out")
     if isinstance(err, sdk.APIConnectionError):
-        return Retryable("connection", type(err.__cause__ or err).__name__)
+        cause = err.__cause__ or err
+        return Retryable("connection", f"{type(cause).__name__}{said_by(cause)}")
     if isinstance(err, sdk.APIStatusError):
         if err.status_code == 200:  # an error event inside a stream the SDK read
             return failures.reported(err.body, "mid-stream")
