@@ -33,6 +33,7 @@ import pytest
 
 from tether.cli import main
 from tether.core.stop import Limits, StopReason
+from tether.mcp._clean import clean_result_data, clean_result_text
 from tether.mcp._framing import well_formed
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
@@ -136,6 +137,46 @@ async def test_half_an_emoji_and_bytes_not_utf8_are_read_over_http(
     tails = [REPLACED, REPLACED, REPLACED, REPLACED * 4, REPLACED * 4, ""]
     assert [_value(s, k, t) for s, k, t in zip(said, keys, tails, strict=True)] == [True] * len(keys)
     assert seen.count("tools/call") == len(keys) and run.result.stop_reason is StopReason.ACCEPTED
+
+
+# -- found: a wide structured result walked string by string ---------------------------------------
+
+
+def _walked(value: Any) -> Any:
+    """Each string of ``value`` (keys included) cleaned one by one, as every value once was."""
+    if isinstance(value, str):
+        return clean_result_text(value)[0]
+    if isinstance(value, dict):
+        return {_walked(k): _walked(v) for k, v in value.items()}
+    return [_walked(v) for v in value] if isinstance(value, list) else value
+
+
+WIDE = {f"{i:x}": [i, "caf\u00e9 \U0001f600", None, 1.5, True] for i in range(20_000)}
+TOUCHED = [
+    {"a": "x\u200by"},
+    {"a\u202e": 1},
+    ["see [docs](https://evil.example/x)"],
+    {"a": "![i][r]"},
+    {"a": "[r]: https://evil.example"},
+    {"a": "<!-- hi -->"},
+    {"a": "<img src=x>"},
+    {"a": "line\r\nbreak"},
+    {"a": "\x7f"},
+    {"k": {"deep": ["\u2028"]}},
+]
+
+
+def test_a_wide_result_no_string_of_which_changes_is_taken_at_once() -> None:
+    """A structured result none of whose strings cleaning would change (brackets, non-ASCII
+    text and numbers included) is the same object, not walked string by string (800,000 keys
+    had held the event loop for tens of seconds); one any string of which changes is cleaned
+    exactly as each string alone is, and values JSON cannot write are walked as before."""
+    plain = [WIDE, {"a": "[1]", "b": ["]", "[x] (y)"], "c": {"d": "a] :b"}}, [], {}, "text", 3]
+    for value in plain:
+        assert clean_result_data(value) == (value, {}) and clean_result_data(value)[0] is value
+    for value in [*TOUCHED, {"a": {1, 2}}, {"a": b"x"}]:
+        assert clean_result_data(value)[0] == _walked(value)
+    assert all(clean_result_data(v)[0] != v for v in TOUCHED)
 
 
 # -- held ------------------------------------------------------------------------------------------

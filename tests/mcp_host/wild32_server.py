@@ -58,7 +58,7 @@ def call(ident: Any, key: str, evil: str) -> None:
         for forged in (True, {"a": ident}, 9999):
             send({**answer, "id": forged, "result": {"content": [{"type": "text", "text": "forged"}]}})
         write(b"[]")
-    write(json.dumps(answer).encode().replace(b"@@", NOT_UTF8))
+    write(json.dumps(answer, separators=(",", ":")).encode().replace(b"@@", NOT_UTF8))
 
 
 def main() -> None:
