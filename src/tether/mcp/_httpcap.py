@@ -463,13 +463,13 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
 
 def _mended(body: bytes, asked: Any) -> bytes:
     """A JSON body as the SDK reads it: a JSON-RPC batch (an array) is the answer to ``asked`` it
-        holds, and an id written as a float of a whole number (``3.0``) is the integer asked (the SDK
-        refuses both: the call failed naming nine validation errors). An error naming no request
-        (``"id": null``: JSON-RPC has a server that could not read a request's id answer so) is the
-        error of the request this POST carried, as the SDK reads one at an error status (at 200 it
-        was named a forged answer); a UTF-8 byte order mark before the body (as .NET writers given
-        ``Encoding.UTF8`` write one) is dropped, as on stdio (the SDK refused the body: such a server
-        could not even start), and text that is not well-formed Unicode is read as U+FFFD
+    holds, and an id written as a float of a whole number (``3.0``) is the integer asked (the SDK
+    refuses both: the call failed naming nine validation errors). An error naming no request
+    (``"id": null``: JSON-RPC has a server that could not read a request's id answer so) is the
+    error of the request this POST carried, as the SDK reads one at an error status (at 200 it
+    was named a forged answer); a UTF-8 byte order mark before the body (as .NET writers given
+    ``Encoding.UTF8`` write one) is dropped, as on stdio (the SDK refused the body: such a server
+    could not even start), and text that is not well-formed Unicode is read as U+FFFD
     (``well_formed``). Any other body is as sent."""
     body = well_formed(body.removeprefix(BOM))
     if body.lstrip()[:1] != b"[" and FLOAT_ID.search(body) is None and _NULL_ID.search(body) is None:

@@ -7,9 +7,9 @@ may be framed loosely (``_framing``: a byte order mark, pretty-printed over line
 line, no newline after it), a line may hold a JSON-RPC batch (each of its messages read), an id
 written as a float of a whole number (``3.0``) is that number, terminal escape sequences (a
 logger's colours) are no part of a line (``_plain``), text that is not well-formed Unicode is
-read as U+FFFD (``well_formed``), an error naming no request
-(``"id": null``) answers the one request awaiting an answer (``_Waiting``), the server's exit
-ends the connection, and shutdown closes stdin, then terminates and kills the process group.
+read as U+FFFD (``well_formed``), an error naming no request (``"id": null``) answers the one
+request awaiting an answer (``_Waiting``), the server's exit ends the connection, and shutdown
+closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations
