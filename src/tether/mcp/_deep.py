@@ -17,7 +17,7 @@ from typing import Any
 
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import FLOAT_ID, whole_id
+from tether.mcp._framing import FLOAT_ID, well_formed, whole_id
 from tether.mcp._stdio import too_large
 
 __all__ = ["CUT", "FOREIGN", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events", "foreign_answer"]
@@ -105,6 +105,10 @@ def _cut_event(raw: bytes) -> bytes:
         raw = _retry(raw)
     if FLOAT_ID.search(raw) is not None:
         raw = _whole_event(raw)
+    if not raw.isascii() or b"\\u" in raw:  # text not well-formed Unicode read as U+FFFD
+        data = _data(raw)
+        if (formed := well_formed(data)) is not data:
+            raw = _with_data(raw, formed)
     if b'"tools"' not in raw and raw.count(b"{") + raw.count(b"[") <= MAX_CONTAINERS:
         return raw
     data = _data(raw)
@@ -164,9 +168,10 @@ def _data(raw: bytes) -> bytes:
 
 
 def _with_data(raw: bytes, data: bytes) -> bytes:
-    """The event ``raw`` with ``data`` as its data, its other fields (``id``, ``event``) kept."""
+    """The event ``raw`` with ``data`` as its data (a ``data`` line for each of its lines), its
+    other fields (``id``, ``event``) kept."""
     other = [line for line in _LINE.split(raw) if line and not line.startswith(b"data:")]
-    return b"\n".join([*other, b"data: " + data]) + b"\n\n"
+    return b"\n".join([*other, *(b"data: " + line for line in data.split(b"\n"))]) + b"\n\n"
 
 
 def _retry(raw: bytes) -> bytes:

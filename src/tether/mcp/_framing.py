@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["BOM", "FLOAT_ID", "Framer", "whole", "whole_id"]
+__all__ = ["BOM", "FLOAT_ID", "Framer", "well_formed", "whole", "whole_id"]
 
 FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a whole float
 
@@ -50,6 +50,33 @@ def whole(buffer: bytes | bytearray) -> bool:
     except (ValueError, RecursionError):
         return False
     return True
+
+
+# A lone UTF-16 surrogate written as a JSON escape: an escaped backslash (read first, so the
+# ``\\ud83d`` of a backslash before ``ud83d`` is left alone), a pair (kept), or a half alone.
+_HALVES = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_HALF = re.compile(rb"\\u[dD][89a-fA-F]")
+_REPLACEMENT = b"\\ufffd"
+
+
+def well_formed(raw: bytes) -> bytes:
+    """``raw`` (one message as sent) with text that is not well-formed Unicode read as U+FFFD, as
+    the TypeScript SDK reads it (Node decodes bytes so, and ``JSON.parse`` takes the escape of
+    half a surrogate pair): a JavaScript server cutting a text between the two halves of an emoji
+    (``text.slice(0, n)``, written ``"\\ud83d"`` by ``JSON.stringify``), or bytes that are not
+    UTF-8, failed the whole call as "not valid JSON-RPC", and over HTTP could not even start the
+    server when in its listing. ``raw`` itself when nothing is to be read so (one byte search)."""
+    if not raw.isascii():
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raw = raw.decode("utf-8", "replace").encode("utf-8")
+    if _HALF.search(raw) is None:
+        return raw
+    formed = _HALVES.sub(lambda m: _REPLACEMENT if len(m.group()) == 6 else m.group(), raw)
+    return raw if formed == raw else formed
 
 
 def whole_id(message: Any) -> Any:

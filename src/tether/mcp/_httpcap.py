@@ -71,7 +71,7 @@ from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import FOREIGN, cut_deep_tools, cut_events, foreign_answer
 from tether.mcp._failures import AUTH_REFUSED, DROPPED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import BOM, FLOAT_ID
+from tether.mcp._framing import BOM, FLOAT_ID, well_formed
 from tether.mcp._httpstatus import refusal, status_failure
 from tether.mcp._stdio import NOT_JSON_RPC, too_large
 
@@ -469,8 +469,9 @@ def _mended(body: bytes, asked: Any) -> bytes:
     error of the request this POST carried, as the SDK reads one at an error status (at 200 it
     was named a forged answer); a UTF-8 byte order mark before the body (as .NET writers given
     ``Encoding.UTF8`` write one) is dropped, as on stdio (the SDK refused the body: such a server
-    could not even start). Any other body is as sent."""
-    body = body.removeprefix(BOM)
+    could not even start), and text that is not well-formed Unicode is read as U+FFFD
+    (``well_formed``). Any other body is as sent."""
+    body = well_formed(body.removeprefix(BOM))
     if body.lstrip()[:1] != b"[" and FLOAT_ID.search(body) is None and _NULL_ID.search(body) is None:
         return body
     try:

@@ -6,9 +6,10 @@ non-JSON-RPC, and a line of more objects and arrays than the SDK is given, ``_bu
 may be framed loosely (``_framing``: a byte order mark, pretty-printed over lines, two on one
 line, no newline after it), a line may hold a JSON-RPC batch (each of its messages read), an id
 written as a float of a whole number (``3.0``) is that number, terminal escape sequences (a
-logger's colours) are no part of a line (``_plain``), an error naming no request
-(``"id": null``) answers the one request awaiting an answer (``_Waiting``), the server's exit
-ends the connection, and shutdown closes stdin, then terminates and kills the process group.
+logger's colours) are no part of a line (``_plain``), text that is not well-formed Unicode is
+read as U+FFFD (``well_formed``), an error naming no request (``"id": null``) answers the one
+request awaiting an answer (``_Waiting``), the server's exit ends the connection, and shutdown
+closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import anyio.abc
 
 from tether.mcp._bulk import counted, refusal
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import FLOAT_ID, Framer, whole, whole_id
+from tether.mcp._framing import FLOAT_ID, Framer, well_formed, whole, whole_id
 from tether.mcp._reaper import HOST_MARK, watching
 
 __all__ = ["MARK", "MAX_BATCH", "NOT_JSON_RPC", "opened", "spawn", "stop", "too_large"]
@@ -175,7 +176,7 @@ def _messages(line: bytes) -> list[Any]:
     """What one line holds: a message, or each message of a JSON-RPC batch (an array, which
     2025-03-26 servers may send), each parsed (and refused) on its own. A line of more objects
     and arrays than the SDK is given (``_bulk``) fails each request it answers, unparsed."""
-    line = _plain(line)
+    line = well_formed(_plain(line))
     if (over := counted(line)) is not None:
         return _bulky(*over)
     if not line.startswith(b"["):
