@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import regex
+
 __all__ = ["displayed"]
 
 _OVERRIDE = re.compile("\u202e([^\u202c\u2069\n\r\u2028\u2029]*)")
-_MARKS = frozenset({"Mn", "Me"})
+_MARKS = regex.compile(r"[\p{Mn}\p{Me}]+")  # combining marks: nonspacing, enclosing
 
 
 def displayed(text: str) -> str:
@@ -28,5 +30,5 @@ def displayed(text: str) -> str:
     if "\u202e" in text:
         text = _OVERRIDE.sub(lambda m: m.group(1)[::-1], text)
     parts = unicodedata.normalize("NFD", text)
-    bare = "".join(c for c in parts if unicodedata.category(c) not in _MARKS)
+    bare = _MARKS.sub("", parts)
     return text if bare == parts else unicodedata.normalize("NFC", bare)
