@@ -159,8 +159,11 @@ def is_month(word: str) -> bool:
 
 def parse_date(value: object) -> date | None:
     """The calendar day of an argument value (``2024-05-19``, ``2024-5-19 12:00``,
-    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date — nor when
-    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``)."""
+    ``2024-05-19T12:00:00``, ``20240519T12``…), or ``None`` when it is not a date — nor when
+    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``), nor when it is digits
+    alone: ``20240519`` is a day to ISO 8601's basic form but a count of seconds to a JSON Schema
+    ``date-time`` reader (pydantic, a FastMCP server: ``1970-08-23T06:21:59Z``), so which day the
+    tool books is not the value's to say."""
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -168,6 +171,8 @@ def parse_date(value: object) -> date | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
+    if text.isdigit():
+        return None
     for fmt in _VALUE_FORMATS:
         try:
             return datetime.strptime(text, fmt).date()

@@ -14,6 +14,7 @@ from typing import Any
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_decoding import decoded, decoded_forms
+from tether.policy._provenance_display import displayed
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before, history
@@ -265,8 +266,9 @@ def party_handles(
     # As written, and as a store that undoes an escape or renders markup keeps it (``decoded``:
     # ``%30%30…``, ``&#48;…``, ``000<b>123</b>456789`` are the account they show). Its base64
     # is judged as elements of their own (``self_decoded``), and a value its tool reshapes as
-    # the tool receives it (``judged_as_received``).
+    # the tool receives it (``judged_as_received``); and as its reader sees it (``displayed``).
     forms = [value, *(_stored(value) if argument not in call.reshaped else ())]
+    forms += [drawn for drawn in (displayed(value),) if drawn not in forms]
     numbers = [n for f in forms for n in find_numbers(f) if not any(_digits(n) in a for a in accounts)]
     handles = dict.fromkeys([*(h for f in forms for h in find_handles(f)), *numbers, *joined])
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:

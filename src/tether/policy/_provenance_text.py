@@ -10,6 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.core._confusables import skeleton
+from tether.policy._provenance_display import displayed
 from tether.policy._provenance_kept import kept_numbers, keypad
 from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise, one_space
 from tether.policy._provenance_values import (
@@ -358,12 +359,11 @@ _DIGIT = re.compile(r"(?![0-9])\d")
 
 @functools.lru_cache(maxsize=512)
 def shown(text: str) -> str:
-    """``text`` as its reader sees it, beside ``unfolded``: HTML character references as the
-    characters they stand for (a mail client or a browser renders ``&#104;`` as ``h``), digits
-    of any script as ASCII, and each letter that imitates another read as that one
-    (``skeleton``: a Cyrillic ``е`` in ``huntеr2`` shows ``hunter2``). Compared with
-    another text's ``shown`` form: a copy in look-alike letters is the same text to its reader."""
-    return skeleton(ascii_digits(unfolded(html.unescape(text) if "&" in text else text)))
+    """``text`` as its reader sees it, beside ``unfolded``: HTML character references rendered
+    (``&#104;`` shows ``h``), a right-to-left override drawn and marks on letters left out
+    (``displayed``), digits of any script as ASCII, look-alike letters as those they imitate
+    (``skeleton``: a Cyrillic ``е`` in ``huntеr2``). Compared with another text's ``shown``."""
+    return skeleton(ascii_digits(unfolded(displayed(html.unescape(text) if "&" in text else text))))
 
 
 def ascii_digits(text: str) -> str:

@@ -81,7 +81,7 @@ def at_stated_time(request: str, value: object) -> bool:
     return (moment.hour, moment.minute) in times
 
 
-_DAY = re.compile(r"\d{4}[-/]\d{1,2}[-/]\d{1,2}|\d{8}")
+_DAY = re.compile(r"\d{4}[-/]\d{1,2}[-/]\d{1,2}")
 _WRITTEN = re.compile(
     r"(?P<y>\d{4})[-/](?P<mo>\d{1,2})[-/](?P<d>\d{1,2})"
     r"(?:[ tT]+(?P<h>\d{1,2}):(?P<mi>\d{2})(?::\d{2}(?:\.\d+)?)?)?"
