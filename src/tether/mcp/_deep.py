@@ -17,7 +17,7 @@ from typing import Any
 
 from tether.mcp._bulk import MAX_CONTAINERS, counted, refusal
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import FLOAT_ID, well_formed, whole_id
+from tether.mcp._framing import FLOAT_ID, id_key, well_formed, whole_id
 from tether.mcp._stdio import too_large
 
 __all__ = ["CUT", "FOREIGN", "MAX_RETRY_MS", "PARSER_DEPTH", "cut_deep_tools", "cut_events", "foreign_answer"]
@@ -148,17 +148,10 @@ def foreign_answer(raw: bytes, asked: Any) -> bytes:
     if not isinstance(message, dict) or "method" in message or not {"result", "error"} & message.keys():
         return raw
     ident = message.get("id")
-    if (ident is None and "error" in message) or _key(ident) == _key(asked):
+    if (ident is None and "error" in message) or id_key(ident) == id_key(asked):
         return raw
     error = {"jsonrpc": "2.0", "id": asked, "error": {"code": -32603, "message": FOREIGN}}
     return _with_data(raw, json.dumps(error).encode("utf-8"))
-
-
-def _key(ident: Any) -> str:
-    """An id as the SDK matches it (``1``, ``1.0`` and ``"1"`` are one id)."""
-    if isinstance(ident, float) and ident.is_integer():
-        ident = int(ident)
-    return str(ident)
 
 
 def _data(raw: bytes) -> bytes:

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["BOM", "FLOAT_ID", "Framer", "well_formed", "whole", "whole_id"]
+__all__ = ["BOM", "FLOAT_ID", "Framer", "id_key", "well_formed", "whole", "whole_id"]
 
 FLOAT_ID = re.compile(rb'"id"\s*:\s*-?\d+\.0*[,}\s]')  # an id that may be a whole float
 
@@ -77,6 +77,13 @@ def well_formed(raw: bytes) -> bytes:
         return raw
     formed = _HALVES.sub(lambda m: _REPLACEMENT if len(m.group()) == 6 else m.group(), raw)
     return raw if formed == raw else formed
+
+
+def id_key(ident: Any) -> str:
+    """An id as the SDK matches it (``1``, ``1.0`` and ``"1"`` are one id)."""
+    if isinstance(ident, float) and ident.is_integer():
+        ident = int(ident)
+    return str(ident)
 
 
 def whole_id(message: Any) -> Any:

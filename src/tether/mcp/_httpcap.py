@@ -71,7 +71,7 @@ from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import FOREIGN, cut_deep_tools, cut_events, foreign_answer
 from tether.mcp._failures import AUTH_REFUSED, DROPPED, REFUSED_AS_ASKED, SESSION_GONE, SESSION_REFUSED
 from tether.mcp._flood import NotificationGate
-from tether.mcp._framing import BOM, FLOAT_ID, well_formed
+from tether.mcp._framing import BOM, FLOAT_ID, id_key, well_formed
 from tether.mcp._httpstatus import refusal, status_failure
 from tether.mcp._stdio import NOT_JSON_RPC, too_large
 
@@ -456,7 +456,7 @@ def _not_its_answer(body: bytes, asked: Any) -> str | None:
     if "result" not in message and "error" not in message:
         what = "a request or notification of its own" if "method" in message else "no answer"
         return f"the server's answer to this request was {what}, not an answer"
-    if _id(message.get("id")) != _id(asked):
+    if id_key(message.get("id")) != id_key(asked):
         return FOREIGN
     return None
 
@@ -482,12 +482,14 @@ def _mended(body: bytes, asked: Any) -> bytes:
         return json.dumps({**message, "id": asked}).encode()
     if isinstance(message, list):
         answers = [
-            m for m in message if isinstance(m, dict) and "method" not in m and _id(m.get("id")) == _id(asked)
+            m
+            for m in message
+            if isinstance(m, dict) and "method" not in m and id_key(m.get("id")) == id_key(asked)
         ]
         if len(answers) != 1:
             return body
         message = answers[0]
-    if not isinstance(message, dict) or _id(message.get("id")) != _id(asked):
+    if not isinstance(message, dict) or id_key(message.get("id")) != id_key(asked):
         return body
     return json.dumps({**message, "id": asked}).encode()
 
@@ -525,7 +527,7 @@ def _names(body: bytes, asked: Any) -> bool:
         and error.get("code") in REFUSED_AS_ASKED
         and "method" not in message
         and message.get("id") is not None
-        and _id(message.get("id")) == _id(asked)
+        and id_key(message.get("id")) == id_key(asked)
     )
 
 
@@ -537,13 +539,6 @@ def _unnamed_error(message: Any) -> bool:
         and message.get("id", 0) is None
         and not {"method", "result"} & message.keys()
     )
-
-
-def _id(ident: Any) -> str:
-    """An id as the SDK matches it (``1``, ``1.0`` and ``"1"`` are one id)."""
-    if isinstance(ident, float) and ident.is_integer():
-        ident = int(ident)
-    return str(ident)
 
 
 def _error(asked: Any, code: int, message: str) -> dict[str, Any]:

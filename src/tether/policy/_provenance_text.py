@@ -309,7 +309,6 @@ _OPENERS = "what which who whom whose when where why how did does do has have ha
 _QUESTION_OPENERS = frozenset(_OPENERS.split(" "))
 
 
-_WORDS_BEFORE = re.compile(r"[\w'’]+(?=[^\w'’]*$)")
 _WORDS_AFTER = re.compile(r"\s+([\w'’]+)")
 
 
