@@ -37,10 +37,11 @@ __all__ = [
 ]
 
 MAX_BODY = 256 * 1024
-# The longest request head (request line and headers) the console takes: ``tether serve``'s h11
-# refuses a longer one only while it arrives in pieces (16 KiB of it without its end); one sent in
-# a single piece was read whole, as long as the server's read took (about 100 KiB on loopback).
-MAX_HEAD = 16 * 1024
+# The longest request head (request line and headers) the console takes. ``tether serve``'s h11
+# refuses a head only while 16 KiB of it are in without its end: one completed by the next read
+# was taken (up to 16 KiB and a read), and one sent in a single piece was read whole, as long as
+# the server's read took (about 100 KiB on loopback), however it arrives, no longer than this.
+MAX_HEAD = 32 * 1024
 # The most a request not signed in may send (the sign-in form; the others' bodies are never read).
 MAX_ANONYMOUS_BODY = 16 * 1024
 SIGN_IN = "/login"
