@@ -24,11 +24,24 @@ _log = logging.getLogger(__name__)
 # run's summary names its trace file's path there (``trace``), which no page or API shows.
 ANSWERED = frozenset(
     {
-        "run_id", "design", "stop_reason", "answer", "detail", "steps", "llm_calls", "tool_calls",
-        "tokens", "cost_usd", "elapsed_s", "handoff", "pending_proposals",
-        "workflow_id", "status", "enqueued",
+        "run_id",
+        "design",
+        "stop_reason",
+        "answer",
+        "detail",
+        "steps",
+        "llm_calls",
+        "tool_calls",
+        "tokens",
+        "cost_usd",
+        "elapsed_s",
+        "handoff",
+        "pending_proposals",
+        "workflow_id",
+        "status",
+        "enqueued",
     }
-)  # fmt: skip
+)
 
 
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
