@@ -28,6 +28,7 @@ from tether.errors import ConfigError
 
 __all__ = [
     "LOOPBACK_HOSTS",
+    "MAX_HEAD",
     "MIN_READ_BYTES",
     "PROTECTIVE_HEADERS",
     "REQUEST_DEADLINE",
@@ -36,6 +37,11 @@ __all__ = [
 ]
 
 MAX_BODY = 256 * 1024
+# The longest request head (request line and headers) the console takes. ``tether serve``'s h11
+# refuses a head only while 16 KiB of it are in without its end: one completed by the next read
+# was taken (up to 16 KiB and a read), and one sent in a single piece was read whole, as long as
+# the server's read took (about 100 KiB on loopback), however it arrives, no longer than this.
+MAX_HEAD = 32 * 1024
 # The most a request not signed in may send (the sign-in form; the others' bodies are never read).
 MAX_ANONYMOUS_BODY = 16 * 1024
 SIGN_IN = "/login"
@@ -83,6 +89,17 @@ class Console:
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _FRAMED_TWICE = "a request has a Content-Length or a Transfer-Encoding, not both"
+_HEAD_TOO_LONG = f"request head too long (at most {MAX_HEAD} bytes of request line and headers)"
+
+
+def _head_size(scope: Scope) -> int:
+    """The bytes of a request's head as sent: its request line and each header line."""
+    path = scope.get("raw_path") or scope.get("path", "").encode()
+    target = len(path) + 1 + len(scope.get("query_string", b""))  # path ? query
+    line = len(scope.get("method", "")) + 1 + target + len(b" HTTP/1.1\r\n")
+    return line + sum(len(k) + len(b": ") + len(v) + len(b"\r\n") for k, v in scope.get("headers") or [])
+
+
 _ELSEWHERE = "refused: a request another site's page made (only a link or a form to this console is taken)"
 
 
@@ -120,7 +137,8 @@ def _host_name(value: bytes) -> str:
 
 
 class Guard:
-    """In front of every request: the ``Host`` header must name this console (421: DNS
+    """In front of every request: its head is at most ``MAX_HEAD`` bytes (431, the connection
+    closed); the ``Host`` header must name this console (421: DNS
     rebinding); a request framed by both a ``Content-Length`` and a ``Transfer-Encoding`` is
     refused (400) and its connection closed; a request a browser says another site's page made,
     other than a link or a form (``_made_elsewhere``: Fetch Metadata), is refused (403) before
@@ -174,6 +192,10 @@ class Guard:
                 ]
             await send(message)
 
+        if _head_size(scope) > MAX_HEAD:  # before its cookies or headers are read, whoever sent it
+            too_long = PlainTextResponse(_HEAD_TOO_LONG, status_code=431, headers={"connection": "close"})
+            await too_long(scope, receive, wrapped)
+            return
         if self.serving >= self._room(scope):  # a flood: refused at once, with the headers
             await PlainTextResponse("too many requests at once", status_code=503)(scope, receive, wrapped)
             return

@@ -117,13 +117,13 @@ class _Pages:
         )
         response = _Html(html, status_code=code)
         if notice:
-            self.gate.forget_notice(response)  # said once
+            self.gate.forget_notice(request, response)  # said once
         return response
 
-    def done(self, me: Principal, path: str, notice: str) -> Response:
+    def done(self, request: Request, me: Principal, path: str, notice: str) -> Response:
         """The redirect after a change, to ``path``, which says ``notice`` there to ``me`` once."""
         response = RedirectResponse(quote(path, safe="/"), status_code=303)
-        self.gate.flash(response, me, path, notice)
+        self.gate.flash(request, response, me, path, notice)
         return response
 
     def problem(
@@ -212,7 +212,7 @@ class _Pages:
                 else:
                     self.throttle.succeeded(name, client, at)
                     self.sources.users.audit(f"session:{name}", "login")
-                    self.gate.mark_device(done, name)
+                    self.gate.mark_device(request, done, name)
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(
@@ -225,7 +225,7 @@ class _Pages:
             csrf_login=token,
             no_users=not self.sources.users.has_users(),
         )
-        self.gate.set_login_cookie(response, token)
+        self.gate.set_login_cookie(request, response, token)
         return response
 
     async def logout(self, request: Request, me: Principal) -> Response:
@@ -279,7 +279,7 @@ class _Pages:
             content_hash=form_value(form, "content_hash", 100) or None,
             read={k: form_value(form, k, MAX_BODY) for k in ("effect", "tenant") if k in form},  # whole
         )
-        return self.done(me, f"/approvals/{done.id}", str(done.status))
+        return self.done(request, me, f"/approvals/{done.id}", str(done.status))
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
@@ -306,7 +306,7 @@ class _Pages:
                     request, "elicitation.html", me, 400, q=view, problems=problems, values=values
                 )
         await elicitations_view.answer(self.sources, me, eid, action, content)
-        return self.done(me, "/elicitations", "answered")
+        return self.done(request, me, "/elicitations", "answered")
 
     async def servers(self, request: Request, me: Principal) -> Response:
         tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
@@ -381,7 +381,7 @@ class _Pages:
         run_id = request.path_params["run_id"]
         summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
-        return self.done(me, f"/runs/{run_id}", done)
+        return self.done(request, me, f"/runs/{run_id}", done)
 
     async def rules(self, request: Request, me: Principal) -> Response:
         return self.render(request, "rules.html", me, rules=RULES)

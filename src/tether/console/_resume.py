@@ -15,15 +15,40 @@ from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
 
-__all__ = ["resume_run"]
+__all__ = ["ANSWERED", "resume_run"]
 
 _log = logging.getLogger(__name__)
+
+# What a resume's answer tells whoever resumed: the run's own facts (its page and ``/api/runs/ID``
+# show them too) and, on a deployment, its queued continuation. Nothing of the console's host: a
+# run's summary names its trace file's path there (``trace``), which no page or API shows.
+ANSWERED = frozenset(
+    {
+        "run_id",
+        "design",
+        "stop_reason",
+        "answer",
+        "detail",
+        "steps",
+        "llm_calls",
+        "tool_calls",
+        "tokens",
+        "cost_usd",
+        "elapsed_s",
+        "handoff",
+        "pending_proposals",
+        "workflow_id",
+        "status",
+        "enqueued",
+    }
+)
 
 
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
     """Resume ``run_id``; returns the run's summary (or the enqueued continuation's on a
-    deployment). Raises ``Hidden``, ``Denied``, ``ApprovalError`` (``resume_disabled``,
-    ``run_finished``, ``not_resumable``, ``app_not_allowed``, ``run_cancelled``, ``not_durable`` …)."""
+    deployment), its keys among ``ANSWERED``. Raises ``Hidden``, ``Denied``, ``ApprovalError``
+    (``resume_disabled``, ``run_finished``, ``not_resumable``, ``app_not_allowed``,
+    ``run_cancelled``, ``not_durable`` …)."""
     if sources.approvals is None:
         raise Hidden("run")
     checkpoint, tenant = await sources.checkpoint(run_id)
@@ -56,4 +81,4 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     if summary.get("enqueued"):
         outcome = f"enqueued:{summary.get('workflow_id', '')}"
     sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=outcome)
-    return summary
+    return {key: value for key, value in summary.items() if key in ANSWERED}

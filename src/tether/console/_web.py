@@ -37,6 +37,7 @@ from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
 __all__ = [
+    "CookieNames",
     "Gate",
     "WeakSecretKey",
     "check_secret_key",
@@ -140,6 +141,25 @@ def load_secret_key(path: Path) -> bytes:
     return key
 
 
+@dataclass(frozen=True)
+class CookieNames:
+    """The names of a console's cookies for one kind of request (``Gate.names``): ``sessions``,
+    the session cookie names read (the legacy one over plain HTTP only)."""
+
+    session: str
+    login: str
+    device: str
+    notice: str
+    sessions: tuple[str, ...]
+
+    @classmethod
+    def of(cls, secret_key: bytes, *, secure: bool) -> CookieNames:
+        session, login = cookie_names(secret_key, secure=secure)
+        legacy = () if secure else (LEGACY_SESSION_COOKIE,)
+        device, notice = (login.replace("tether_login_", f"tether_{kind}_") for kind in ("device", "notice"))
+        return cls(session, login, device, notice, (session, *legacy))
+
+
 @dataclass
 class Gate:
     users: UserStore
@@ -154,14 +174,17 @@ class Gate:
         self._device = TimestampSigner(self.secret_key, salt="tether-console-device")
         self._notice = TimestampSigner(self.secret_key, salt="tether-console-notice")
         self._hashing: anyio.CapacityLimiter | None = None
-        self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
-        self.device_cookie = self.login_cookie.replace("tether_login_", "tether_device_")
-        self.notice_cookie = self.login_cookie.replace("tether_login_", "tether_notice_")
-        # Over HTTPS only the ``__Host-`` name: a sibling subdomain can set the old one for the
-        # whole site (a cookie with Domain=), and so sign a browser in as another person.
-        self._session_names: tuple[str, ...] = (self.session_cookie,)
-        if not self.secure_cookies:
-            self._session_names += (LEGACY_SESSION_COOKIE,)
+        # Over HTTPS only ``__Host-`` names, with ``--secure-cookies`` or without (a console
+        # behind a TLS proxy, ``names``): a sibling subdomain can set any other name for the
+        # whole site (a cookie with ``Domain=``), and so sign a browser in as another person.
+        self._names = {secure: CookieNames.of(self.secret_key, secure=secure) for secure in (False, True)}
+
+    def names(self, request: Request) -> CookieNames:
+        """The cookie names a request's cookies are read and set under: ``__Host-`` ones where
+        its cookies are ``Secure`` (``--secure-cookies``, or the request came over HTTPS: a
+        trusted proxy's ``X-Forwarded-Proto``), the plain ones otherwise (plain HTTP, where the
+        browser refuses a ``__Host-`` cookie)."""
+        return self._names[self.secure_cookies or request.scope.get("scheme") == "https"]
 
     @property
     def hashing(self) -> anyio.CapacityLimiter:
@@ -210,7 +233,7 @@ class Gate:
         two of one name the last is read (Starlette's parser): the one the console set at ``/``,
         which a browser sends after one another port's app planted under a narrower path."""
         found = []
-        for name in self._session_names:
+        for name in self.names(request).sessions:
             try:
                 found.append(self._session.unsign(request.cookies.get(name) or "").decode("ascii"))
             except (BadSignature, UnicodeDecodeError):
@@ -223,12 +246,13 @@ class Gate:
         of an old cookie, which another may have taken, dies with the sign-in that replaces it)."""
         raw = self.users.create_session(name, credential=credential)
         self._end_presented(request)
-        for legacy in self._session_names[1:]:
+        names = self.names(request)
+        for legacy in names.sessions[1:]:
             self._forget(response, legacy)
         # No Max-Age: a cookie of the browser's session, never written to its profile to be sent
         # again after the browser is closed and opened (the next person at a shared computer).
-        self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), None)
-        self._forget(response, self.login_cookie)
+        self._cookie(response, names.session, self._session.sign(raw.encode("ascii")), None)
+        self._forget(response, names.login)
 
     def _cookie(self, response: Response, name: str, signed: bytes, max_age: int | None) -> None:
         """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide;
@@ -238,7 +262,7 @@ class Gate:
             signed.decode("ascii"),
             httponly=True,
             samesite="strict",
-            secure=self.secure_cookies,
+            secure=self.secure_cookies or name.startswith("__Host-"),
             path="/",
             max_age=max_age,
         )
@@ -249,7 +273,7 @@ class Gate:
         if principal.session:
             self.users.end_session(principal.session)
         self._end_presented(request)
-        for name in self._session_names:
+        for name in self.names(request).sessions:
             self._forget(response, name)
 
     def _end_presented(self, request: Request) -> None:
@@ -259,7 +283,8 @@ class Gate:
 
     def _forget(self, response: Response, name: str) -> None:
         """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""
-        response.delete_cookie(name, path="/", secure=self.secure_cookies, httponly=True, samesite="strict")
+        secure = self.secure_cookies or name.startswith("__Host-")
+        response.delete_cookie(name, path="/", secure=secure, httponly=True, samesite="strict")
 
     def same_origin(self, request: Request) -> bool:
         """Whether a browser's ``Origin`` is this console's (HTTPS when its cookies are ``Secure``,
@@ -282,9 +307,9 @@ class Gate:
         self.users.audit(principal.actor, "csrf_refused", target=request.url.path, outcome="refused:csrf")
         return False
 
-    def set_login_cookie(self, response: Response, value: str) -> None:
+    def set_login_cookie(self, request: Request, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
-        self._mark(response, self.login_cookie, self._login, value, LOGIN_AGE)
+        self._mark(response, self.names(request).login, self._login, value, LOGIN_AGE)
 
     def _mark(self, response: Response, name: str, signer: TimestampSigner, value: str, age: int) -> None:
         """Set cookie ``name`` to ``value`` signed with the time, for ``age`` seconds (``_read``)."""
@@ -299,12 +324,12 @@ class Gate:
         except (BadSignature, UnicodeDecodeError):  # SignatureExpired is one
             return None
 
-    def mark_device(self, response: Response, name: str) -> None:
+    def mark_device(self, request: Request, response: Response, name: str) -> None:
         """This browser signed in as ``name``: a signed cookie that says so (30 days; sign-out
         keeps it), so its next sign-ins count as its own, not its address's (``device``). It
         holds a stamp of the person's password as it is now (``_stamp``): a new one unmarks it."""
         value = f"{name}:{self._stamp(name)}:{secrets.token_urlsafe(16)}"
-        self._mark(response, self.device_cookie, self._device, value, DEVICE_AGE)
+        self._mark(response, self.names(request).device, self._device, value, DEVICE_AGE)
 
     def _stamp(self, name: str) -> str:
         """A keyed digest of ``name``'s stored password hash (``""``: no such or a disabled person)."""
@@ -319,7 +344,7 @@ class Gate:
         whatever address it shares (a proxy, a NAT, the loopback of a shared host) with guessers;
         ``None`` for any other browser, and for one that signed in before the password changed
         (whoever signed in with a leaked password is no device of the person once it is reset)."""
-        value = self._read(request, self.device_cookie, self._device, DEVICE_AGE)
+        value = self._read(request, self.names(request).device, self._device, DEVICE_AGE)
         if value is None:
             return None
         who, stamp, nonce = [*value.split(":", 2), "", ""][:3]  # a user name holds no ':'
@@ -327,17 +352,17 @@ class Gate:
             return None
         return f"device:{nonce}"
 
-    def flash(self, response: Response, principal: Principal, path: str, notice: str) -> None:
+    def flash(self, request: Request, response: Response, me: Principal, path: str, notice: str) -> None:
         """Say ``notice`` (a key of the pages' notices) once, on ``path``, to this session only:
         a signed cookie naming the session and the page (a link's query string said it, so any
         link showed "Approved." on any page, to anyone)."""
-        if principal.session:
-            value = f"{principal.session}|{path}|{notice}"
-            self._mark(response, self.notice_cookie, self._notice, value, NOTICE_AGE)
+        if me.session:
+            value = f"{me.session}|{path}|{notice}"
+            self._mark(response, self.names(request).notice, self._notice, value, NOTICE_AGE)
 
     def notice(self, request: Request, principal: Principal | None) -> str:
         """The notice ``flash`` left for this session on this page, or ``""``."""
-        value = self._read(request, self.notice_cookie, self._notice, NOTICE_AGE)
+        value = self._read(request, self.names(request).notice, self._notice, NOTICE_AGE)
         if value is None:
             return ""
         session, _, rest = value.partition("|")
@@ -345,11 +370,11 @@ class Gate:
         ours = principal is not None and bool(principal.session) and session == principal.session
         return notice if ours and path == request.url.path else ""
 
-    def forget_notice(self, response: Response) -> None:
-        self._forget(response, self.notice_cookie)
+    def forget_notice(self, request: Request, response: Response) -> None:
+        self._forget(response, self.names(request).notice)
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
-        expected = self._read(request, self.login_cookie, self._login, LOGIN_AGE)
+        expected = self._read(request, self.names(request).login, self._login, LOGIN_AGE)
         if expected is None:
             return False
         return self.same_origin(request) and bool(supplied) and _same(supplied or "", expected)
