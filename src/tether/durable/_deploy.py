@@ -318,10 +318,28 @@ def _create_database(t: Target, timeout_s: float) -> bool:
 
     try:
         with _connect(t, database="postgres", timeout_s=timeout_s) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(t.database)))
-    except psycopg.errors.DuplicateDatabase:
-        return False  # another init created it at the same instant
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(t.database)))
+            except psycopg.Error:
+                # Another init created it at the same instant: PostgreSQL says so as a duplicate
+                # database, or, when both wrote its catalog row at once, as a unique violation of
+                # that row. Whatever the refusal, a database that is there now is not this
+                # init's failure.
+                if _database_there(conn, t.database):
+                    return False
+                raise
     except psycopg.Error as err:
         reason, cause = _cause(err)
         raise DeploymentUnavailable(reason, f"{t.describe()}: cannot create it: {cause}") from None
     return True
+
+
+def _database_there(conn: Any, name: str) -> bool:
+    """Whether the server lists database ``name`` (``False`` where it cannot be asked)."""
+    import psycopg
+
+    try:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    except psycopg.Error:
+        return False
+    return found is not None
