@@ -11,6 +11,13 @@ What did not hold, fixed here and pinned below:
   database cannot be reached while its neighbour had just made it (seen in one of three rounds of
   six inits). A refused ``CREATE DATABASE`` whose database is there now is another init's; only a
   refusal that leaves no database fails the init.
+- a SQLite worker started under the executor id of a worker still running (a rollout replacing
+  ``w1`` by a new ``w1`` before the old one is gone) waits for that worker's lock, and the wait
+  could not be stopped: SIGTERM and SIGINT only flagged the stop, the interrupted ``flock`` was
+  restarted, and the new worker waited on for as long as the old one ran — then started, recovered
+  the executor's runs and only then drained. A stop asked during the wait now ends it at once
+  (``worker_start_abandoned``): exit 0, no ready line, no ready file, nothing taken or run, the
+  lock file left to the worker that holds it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,3 +169,120 @@ def test_four_nodes_initialising_one_new_database_at_once_all_succeed(pg_dsn: st
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+# -- a worker waiting to start under a live worker's executor id --------------------------------
+
+
+def test_a_wait_for_another_workers_executor_lock_ends_once_a_stop_is_asked(tmp_path: Path) -> None:
+    """``hold`` waits while another process holds the executor's lock file; a stop asked in the
+    wait ends it (``StartAbandoned``) with its file descriptor closed; without a stop, it takes
+    the lock once the holder lets go."""
+    import fcntl
+    import threading
+
+    from tether.durable import _local
+
+    deployment = tmp_path / "deployment"
+    (deployment / "workers").mkdir(parents=True)
+    other = os.open(deployment / "workers" / "w1.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(other, fcntl.LOCK_EX)  # the worker still running under w1
+    stopping, out = threading.Event(), {}
+
+    def start() -> None:
+        try:
+            out["fd"] = _local.hold(deployment, "w1", stopping)
+        except _local.StartAbandoned as err:
+            out["abandoned"] = err
+
+    waiting = threading.Thread(target=start)
+    open_before = len(os.listdir("/proc/self/fd"))
+    waiting.start()
+    waiting.join(1.0)
+    assert waiting.is_alive() and out == {}  # it waits for the live worker …
+    stopping.set()  # … until the rollout stops it
+    waiting.join(60)
+    assert not waiting.is_alive() and isinstance(out.get("abandoned"), _local.StartAbandoned), out
+    assert len(os.listdir("/proc/self/fd")) == open_before  # its descriptor closed
+    # Unstopped, the wait ends when the holder lets go, and the lock is this worker's.
+    waiting = threading.Thread(target=start)
+    out.clear()
+    stopping.clear()
+    waiting.start()
+    fcntl.flock(other, fcntl.LOCK_UN)
+    waiting.join(60)
+    assert isinstance(out.get("fd"), int), out
+    os.close(out["fd"])
+    os.close(other)
+
+
+@pytest.mark.slow
+def test_a_worker_waiting_for_a_live_workers_executor_id_stops_when_told(tmp_path: Path) -> None:
+    """On a SQLite deployment, worker ``w1`` serves; a second ``w1`` (the rollout's replacement)
+    starts and waits (``executor_busy``). The rollout stops it (SIGTERM): it exits 0 without
+    waiting for the first, never said ready (no line, no file), and took nothing: the first
+    ``w1`` still serves, its lock file as it wrote it."""
+    import signal
+
+    folder = tmp_path / "fleet"
+    folder.mkdir()
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    paths = [str(ROOT / "src"), str(ROOT / "tests" / "durable")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "DURABLE_DIR": str(folder)}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def cli(*argv: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tether.cli", *argv, "--db", url, "--json"],
+            env=env, capture_output=True, cwd=folder, timeout=180,
+        )  # fmt: skip
+        out: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        return out
+
+    def worker(name: str) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable, "-m", "tether.cli", "worker", "--db", url, "--app", "durable_app:build",
+            "--executor-id", "w1", "--poll", "0.1", "--ready-file", str(folder / f"{name}.ready"),
+            "--json",
+        ]  # fmt: skip
+        log = (folder / f"{name}.log").open("ab")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=folder))
+        return procs[-1]
+
+    def events(name: str) -> list[str]:
+        lines = (folder / f"{name}.log").read_text().splitlines()
+        return [json.loads(line)["event"] for line in lines if line.startswith("{")]
+
+    assert cli("db", "init")["ok"]
+    try:
+        first = worker("first")
+        assert first.stdout is not None and json.loads(first.stdout.readline())["ready"]
+        second = worker("second")
+        deadline = time.monotonic() + 120
+        while "executor_busy" not in events("second"):
+            assert second.poll() is None and time.monotonic() < deadline, events("second")
+            time.sleep(0.1)
+        second.send_signal(signal.SIGTERM)
+        try:
+            code = second.wait(60)  # without the fix it waits for the first worker, which serves on
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the waiting worker ignored SIGTERM: {events('second')}") from None
+        assert code == 0
+        assert second.stdout is not None and second.stdout.read() == b""  # never said ready
+        assert not (folder / "second.ready").exists()
+        assert "worker_start_abandoned" in events("second") and "worker_started" not in events("second")
+        assert (folder / "first.ready").exists() and first.poll() is None  # the first serves on
+        lock = tmp_path / "deployment" / "workers" / "w1.lock"
+        assert lock.read_text() == str(first.pid)  # its lock file as it wrote it
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
