@@ -286,3 +286,57 @@ def test_a_worker_waiting_for_a_live_workers_executor_id_stops_when_told(tmp_pat
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+@pytest.mark.slow
+def test_a_worker_init_waiting_for_another_inits_dbos_migrations_stops_when_told(
+    pg_dsn: str, fresh_database: str, tmp_path: Path
+) -> None:
+    """``tether worker --init`` on PostgreSQL waits (up to two minutes) while another init runs
+    DBOS's migrations (held here by its lock). Stopped in that wait (SIGTERM), it exits 0 at
+    once, never said ready, created nothing of DBOS's; the deployment is still made by the next
+    init."""
+    import signal
+
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {fresh_database}")
+    url = _url(pg_dsn, fresh_database, "s23")
+    paths = [str(ROOT / "src"), str(ROOT / "tests" / "durable")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "DURABLE_DIR": str(tmp_path)}
+    ready = tmp_path / "w.ready"
+    cmd = [
+        sys.executable, "-m", "tether.cli", "worker", "--init", "--db", url, "--app", "durable_app:build",
+        "--executor-id", "w23", "--ready-file", str(ready), "--json",
+    ]  # fmt: skip
+    with psycopg.connect(_url(pg_dsn, fresh_database), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(hashtext('tether_dbos_migrations'))")  # another init
+        log = (tmp_path / "w.log").open("ab")
+        proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=log)
+        try:
+            deadline = time.monotonic() + 120
+            asking = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+                " AND query LIKE '%%pg_try_advisory_lock%%'"
+            )
+            while not holder.execute(asking, (fresh_database,)).fetchone()[0]:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "w.log").read_text()
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(60)  # without the fix: two minutes' wait, then store_busy
+            except subprocess.TimeoutExpired:
+                raise AssertionError("the worker waiting for the init ignored SIGTERM") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        assert code == 0, (tmp_path / "w.log").read_text()[-2000:]
+        assert proc.stdout is not None and proc.stdout.read() == b"" and not ready.exists()
+        events = [json.loads(x) for x in (tmp_path / "w.log").read_text().splitlines() if x.startswith("{")]
+        assert [e["event"] for e in events if e["event"].startswith("worker_")] == ["worker_start_abandoned"]
+        dbos = holder.execute("SELECT to_regnamespace('s23_dbos')").fetchone()
+        assert dbos is not None and dbos[0] is None  # nothing of DBOS's made
+    init = [sys.executable, "-m", "tether.cli", "db", "init", "--db", url, "--json"]
+    assert subprocess.run(init, env=env, cwd=tmp_path, capture_output=True, timeout=180).returncode == 0

@@ -39,7 +39,8 @@ def _path(deployment: Path, executor_id: str) -> Path:
 
 class StartAbandoned(Exception):
     """A stop was asked (SIGTERM, SIGINT) while the worker waited in its start for another
-    worker's executor lock: it gives up the wait, having taken and run nothing."""
+    process (a live worker's executor lock, another init's DBOS migrations): it gives up the
+    wait, having taken and run nothing."""
 
 
 # How often a worker waiting for another's executor lock looks whether it was asked to stop.
@@ -96,8 +97,7 @@ def _lock(fd: int, executor_id: str, stopping: threading.Event | None) -> None:
             return
         except BlockingIOError:
             continue
-    log_event("worker_start_abandoned", executor=executor_id, waited_for="executor_lock")
-    raise StartAbandoned(f"asked to stop while waiting for executor {executor_id!r}'s lock")
+    raise StartAbandoned(f"asked to stop while another worker held executor {executor_id!r}'s lock")
 
 
 def _open(path: Path) -> int:

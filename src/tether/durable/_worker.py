@@ -277,7 +277,7 @@ class Worker:
         quiet_cancellations()  # a run cancelled in flight: one event line, not DBOS's traceback
         DRAIN.reset()
         # Only --init creates the deployment (a mistyped schema= would otherwise come into being).
-        init_deployment(c.url) if c.init else check_deployment(c.url)
+        init_deployment(c.url, stopping=self.stopping) if c.init else check_deployment(c.url)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )

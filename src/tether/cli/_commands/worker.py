@@ -152,7 +152,10 @@ def _work(
             stopping.set()
     try:
         worker = built.start()
-    except StartAbandoned:  # told to stop while it waited to start: nothing taken, nothing run
+    except StartAbandoned as err:  # told to stop while it waited to start: nothing taken, nothing run
+        from tether.durable._events import log_event
+
+        log_event("worker_start_abandoned", executor=getattr(built, "executor_id", None), reason=str(err))
         return 0
     except DeploymentUnavailable as err:
         return fail("tether worker", err, as_json=as_json, code=err.exit)
