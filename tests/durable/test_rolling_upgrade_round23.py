@@ -17,7 +17,8 @@ What did not hold, fixed here and pinned below:
   restarted, and the new worker waited on for as long as the old one ran — then started, recovered
   the executor's runs and only then drained. A stop asked during the wait now ends it at once
   (``worker_start_abandoned``): exit 0, no ready line, no ready file, nothing taken or run, the
-  lock file left to the worker that holds it.
+  lock file left to the worker that holds it. The same for ``tether worker --init`` waiting (up
+  to two minutes) for another init's DBOS migrations: it exits 0 at once, nothing of DBOS's made.
 """
 
 from __future__ import annotations
