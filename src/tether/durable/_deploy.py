@@ -9,6 +9,7 @@ worker --init``) creates the database if missing and migrates DBOS's tables and 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -254,9 +255,12 @@ def _probe(t: Target, table: str | None, timeout_s: float) -> Any:
     return conn
 
 
-def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+def init_deployment(
+    url: str, *, timeout_s: float = 5.0, stopping: threading.Event | None = None
+) -> dict[str, Any]:
     """Create the database if missing, then DBOS's tables and tether's stores (idempotent);
-    returns what it did. Raises ``DeploymentUnavailable``."""
+    returns what it did. Raises ``DeploymentUnavailable``; ``StartAbandoned`` once ``stopping``
+    is set while it waits for another init's DBOS migrations (a worker told to stop)."""
     from dbos import DBOS
 
     from tether.durable._config import dbos_config
@@ -273,7 +277,7 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
                 raise
             created = _create_database(t, timeout_s)
     cfg = dbos_config(url, executor_id="init")
-    with _one_dbos_migration(t, timeout_s):
+    with _one_dbos_migration(t, timeout_s, stopping):
         DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
     stores = open_stores(url)
     try:
@@ -296,10 +300,12 @@ _TRY_DBOS_LOCK = "SELECT pg_try_advisory_lock(hashtext('tether_dbos_migrations')
 
 
 @contextmanager
-def _one_dbos_migration(t: Target, timeout_s: float) -> Iterator[None]:
+def _one_dbos_migration(t: Target, timeout_s: float, stopping: threading.Event | None) -> Iterator[None]:
     if t.backend != "postgresql":
         yield
         return
+    from tether.durable._local import StartAbandoned
+
     with closing(_connect(t, timeout_s=timeout_s)) as conn:
         deadline = time.monotonic() + DBOS_MIGRATION_WAIT_S
         while not conn.execute(_TRY_DBOS_LOCK).fetchone()[0]:
@@ -308,7 +314,8 @@ def _one_dbos_migration(t: Target, timeout_s: float) -> Iterator[None]:
                     f"{t.describe()}: another init's DBOS migrations did not end within "
                     f"{DBOS_MIGRATION_WAIT_S:g} s; run tether db init again once it has"
                 )
-            time.sleep(0.2)
+            if (stopping or threading.Event()).wait(0.2):  # a worker told to stop meanwhile
+                raise StartAbandoned(f"asked to stop while another init ran DBOS's migrations at {t.where}")
         yield
 
 
@@ -318,10 +325,28 @@ def _create_database(t: Target, timeout_s: float) -> bool:
 
     try:
         with _connect(t, database="postgres", timeout_s=timeout_s) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(t.database)))
-    except psycopg.errors.DuplicateDatabase:
-        return False  # another init created it at the same instant
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(t.database)))
+            except psycopg.Error:
+                # Another init created it at the same instant: PostgreSQL says so as a duplicate
+                # database, or, when both wrote its catalog row at once, as a unique violation of
+                # that row. Whatever the refusal, a database that is there now is not this
+                # init's failure.
+                if _database_there(conn, t.database):
+                    return False
+                raise
     except psycopg.Error as err:
         reason, cause = _cause(err)
         raise DeploymentUnavailable(reason, f"{t.describe()}: cannot create it: {cause}") from None
     return True
+
+
+def _database_there(conn: Any, name: str) -> bool:
+    """Whether the server lists database ``name`` (``False`` where it cannot be asked)."""
+    import psycopg
+
+    try:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    except psycopg.Error:
+        return False
+    return found is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,27 +37,35 @@ def _path(deployment: Path, executor_id: str) -> Path:
     return deployment / FOLDER / f"{executor_id}.lock"
 
 
-def hold(deployment: Path | None, executor_id: str) -> int | None:
-    """Take this worker's lock (waiting while a survivor hands its runs back); its fd, held until
-    the process ends (``None`` where files cannot be locked or the id cannot name a file)."""
+class StartAbandoned(Exception):
+    """A stop was asked (SIGTERM, SIGINT) while the worker waited in its start for another
+    process (a live worker's executor lock, another init's DBOS migrations): it gives up the
+    wait, having taken and run nothing."""
+
+
+# How often a worker waiting for another's executor lock looks whether it was asked to stop.
+WAIT_S = 0.2
+
+
+def hold(deployment: Path | None, executor_id: str, stopping: threading.Event | None = None) -> int | None:
+    """Take this worker's lock (waiting while a survivor hands its runs back, or while a live
+    worker runs under this id); its fd, held until the process ends (``None`` where files cannot
+    be locked or the id cannot name a file). Once ``stopping`` is set the wait ends in
+    ``StartAbandoned``: a worker told to stop while it waits (a rollout replacing the worker
+    under the same id, a start it changed its mind about) no longer waits for good."""
     if deployment is None or fcntl is None or "/" in executor_id or executor_id.startswith("."):
         return None
     path = _path(deployment, executor_id)
     while True:
         fd = _open(path)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # a live worker under this id, or a survivor handing back
-                log_event(
-                    "executor_busy",
-                    executor=executor_id,
-                    hint="a worker runs under this id, or a survivor hands its runs back: it starts after",
-                )
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock(fd, executor_id, stopping)
         except OSError:  # a file system without locks: this worker is never taken for dead
             os.close(fd)
             return None
+        except StartAbandoned:
+            os.close(fd)
+            raise
         with contextlib.suppress(FileNotFoundError):
             named, held = os.stat(path), os.fstat(fd)
             if (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
@@ -64,6 +73,31 @@ def hold(deployment: Path | None, executor_id: str) -> int | None:
                 os.write(fd, str(os.getpid()).encode())  # read by _others_open
                 return fd  # the file survivors see (not one a survivor removed while this waited)
         os.close(fd)
+
+
+def _lock(fd: int, executor_id: str, stopping: threading.Event | None) -> None:
+    """``flock`` ``fd``, waiting while another process holds it, unless a stop is asked."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:  # a live worker under this id, or a survivor handing back
+        log_event(
+            "executor_busy",
+            executor=executor_id,
+            hint="a worker runs under this id, or a survivor hands its runs back: it starts after",
+        )
+    if stopping is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    # Tried again and again, never waited on in the call: a signal's handler only flags the stop,
+    # and the interrupted ``flock`` would be restarted (PEP 475), waiting on for good.
+    while not stopping.wait(WAIT_S):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+    raise StartAbandoned(f"asked to stop while another worker held executor {executor_id!r}'s lock")
 
 
 def _open(path: Path) -> int:

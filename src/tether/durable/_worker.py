@@ -230,6 +230,7 @@ class Worker:
         self.stores: Stores | None = None
         self.client: DurableClient | None = None
         self._stop = threading.Event()
+        self.stopping = threading.Event()  # set by whoever runs it once a stop is asked (a signal)
         self._thread: threading.Thread | None = None
         self._mover: threading.Thread | None = None
         self._pg: Database | None = None
@@ -276,7 +277,7 @@ class Worker:
         quiet_cancellations()  # a run cancelled in flight: one event line, not DBOS's traceback
         DRAIN.reset()
         # Only --init creates the deployment (a mistyped schema= would otherwise come into being).
-        init_deployment(c.url) if c.init else check_deployment(c.url)
+        init_deployment(c.url, stopping=self.stopping) if c.init else check_deployment(c.url)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )
@@ -300,7 +301,8 @@ class Worker:
         pool = max(8, 2 * c.concurrency + 4)
         if self._pg is None:  # SQLite: the deployment's one version, kept across tether's releases
             self.version = deployment_version_at(c.url)
-            self._alive = local.hold(self.stores.location.path, self.executor_id)  # before DBOS recovers
+            # Before DBOS recovers; a stop asked meanwhile ends the wait (``StartAbandoned``).
+            self._alive = local.hold(self.stores.location.path, self.executor_id, self.stopping)
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
         cfg["application_version"] = self.version
         for attempt in range(3):

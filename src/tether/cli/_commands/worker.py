@@ -126,10 +126,17 @@ def _work(
 
     from tether.durable._deploy import DeploymentUnavailable
     from tether.durable._events import configure_stderr
+    from tether.durable._local import StartAbandoned
 
     stop = threading.Event()
+    flags = [stop]  # and the worker's own, once built: a wait inside its start gives up on a stop
+
+    def asked(*_: Any) -> None:
+        for flag in flags:
+            flag.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, asked)
     configure_stderr()  # one JSON object a line on stderr: run claimed, paused, finished, ...
     readiness = _Readiness(ready_file)
     try:
@@ -138,8 +145,18 @@ def _work(
         why = f"--ready-file {ready_file}: {err}"
         return fail("tether worker", why, as_json=as_json, error="bad_ready_file")
 
+    built = worker_class(config)
+    if isinstance(stopping := getattr(built, "stopping", None), threading.Event):
+        flags.append(stopping)
+        if stop.is_set():
+            stopping.set()
     try:
-        worker = worker_class(config).start()
+        worker = built.start()
+    except StartAbandoned as err:  # told to stop while it waited to start: nothing taken, nothing run
+        from tether.durable._events import log_event
+
+        log_event("worker_start_abandoned", executor=getattr(built, "executor_id", None), reason=str(err))
+        return 0
     except DeploymentUnavailable as err:
         return fail("tether worker", err, as_json=as_json, code=err.exit)
     except ConfigError as err:  # a storage URL it cannot use
