@@ -17,6 +17,7 @@ from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before, history
+from tether.policy._provenance_spelled import spelled_numbers
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
@@ -277,6 +278,7 @@ def party_handles(
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         found += _closing(index, forms, [_digits(h) for h in handles])
         found += _kept_as_numbers(index, forms, [_digits(h) for h in handles])
+        found += _spelled(index, forms)
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
@@ -410,6 +412,20 @@ def _kept_as_numbers(
     return out
 
 
+def _spelled(index: ProvenanceIndex, forms: list[str]) -> list[tuple[str, list[Origin]]]:
+    """The numbers the forms of a write spell a digit a word (``spelled_numbers``: ``zero zero
+    zero one …``), which a words-to-figures tool, or the next run's model, reads back from the
+    store as the store's number: judged as the number they make (``handle_origins``, which also
+    finds a text that spells it), where it came from somewhere, or where words spell
+    ``NOWHERE_CLOSING`` of its digits or more (a number spelled in a language read nowhere)."""
+    out: list[tuple[str, list[Origin]]] = []
+    for _, digits, worded in dict.fromkeys(n for f in forms for n in spelled_numbers(f)):
+        origins = handle_origins(index, digits)
+        if worded >= NOWHERE_CLOSING or any(o.kind != "nowhere" for o in origins):
+            out.append((digits, origins))  # the number the store's reader makes of the words
+    return out
+
+
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
     of the accounts (IBAN-shaped) and numbers the request or a result holds whose digits hold all of its: a
@@ -426,6 +442,9 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     # (``kept_numbers``: ``+44:7700:900555``, ``1-800-FLOWERS``, as the request gave it).
     held += [n for t in texts for n in find_numbers(t) if n != handle and digits in _digits(n)]
     held += [n for t in texts for n in kept_numbers(t) if n != handle and digits in _digits(keypad(n))]
+    # A text that spells it a digit a word (``spelled_numbers``: the user's account in words).
+    every = (index.objective, *(seg.raw for seg in index.segments))
+    held += [raw for t in every for raw, spelled, _ in spelled_numbers(t) if digits in spelled]
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
