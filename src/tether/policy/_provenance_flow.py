@@ -17,7 +17,7 @@ from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before, history
-from tether.policy._provenance_spelled import spelled_numbers
+from tether.policy._provenance_spelled import spelled_forms, spelled_numbers, turned_forms
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
@@ -278,7 +278,7 @@ def party_handles(
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         found += _closing(index, forms, [_digits(h) for h in handles])
         found += _kept_as_numbers(index, forms, [_digits(h) for h in handles])
-        found += _spelled(index, forms)
+        found += _spelled(index, value, forms)
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
@@ -412,17 +412,28 @@ def _kept_as_numbers(
     return out
 
 
-def _spelled(index: ProvenanceIndex, forms: list[str]) -> list[tuple[str, list[Origin]]]:
-    """The numbers the forms of a write spell a digit a word (``spelled_numbers``: ``zero zero
-    zero one …``), which a words-to-figures tool, or the next run's model, reads back from the
-    store as the store's number: judged as the number they make (``handle_origins``, which also
-    finds a text that spells it), where it came from somewhere, or where words spell
-    ``NOWHERE_CLOSING`` of its digits or more (a number spelled in a language read nowhere)."""
+def _spelled(index: ProvenanceIndex, value: str, forms: list[str]) -> list[tuple[str, list[Origin]]]:
+    """What a write keeps spelled so that no party is seen in it, as the next run's reader (its
+    model, a trusted words-to-figures or decoding tool) makes it: a number spelled a digit a
+    word (``spelled_numbers``), judged as the number where it came from somewhere, or where
+    words spell ``NOWHERE_CLOSING`` of its digits or more; addresses and links with letters set
+    apart, in hexadecimal or ``at`` for ``@`` (``spelled_forms``), each judged where it came from;
+    links reversed or with their marks spaced (``turned_forms``) where a source holds them."""
     out: list[tuple[str, list[Origin]]] = []
     for _, digits, worded in dict.fromkeys(n for f in forms for n in spelled_numbers(f)):
         origins = handle_origins(index, digits)
         if worded >= NOWHERE_CLOSING or any(o.kind != "nowhere" for o in origins):
             out.append((digits, origins))  # the number the store's reader makes of the words
+    spelled, seen = spelled_forms(value), {*find_handles(value), *(h for h, _ in out)}
+    handles = dict.fromkeys(h for f in spelled for h in find_handles(f) if h not in seen)
+    shown = {link.key for link in find_links(value)}
+    links = {link.key: link for f in spelled for link in find_links(f) if link.key not in shown}
+    out += [(h, handle_origins(index, h)) for h in handles]
+    out += [(link.raw, index.link_origins(link)) for link in links.values()]
+    # Reversed, or its marks spaced (``turned_forms``): where a source gives it either way.
+    for link in {k.key: k for f in turned_forms(value) for k in find_links(f) if k.key not in shown}.values():
+        origins = [*index.link_origins(link), *index.trace(link.raw[::-1])]
+        out += [(link.raw, origins)] if any(o.kind != "nowhere" for o in origins) else []
     return out
 
 
@@ -444,7 +455,7 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     held += [n for t in texts for n in kept_numbers(t) if n != handle and digits in _digits(keypad(n))]
     # A text that spells it a digit a word (``spelled_numbers``: the user's account in words).
     every = (index.objective, *(seg.raw for seg in index.segments))
-    held += [raw for t in every for raw, spelled, _ in spelled_numbers(t) if digits in spelled]
+    held += [n for t in every for n, spelled, _ in spelled_numbers(t) if digits in spelled]
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 

@@ -14,7 +14,7 @@ import unicodedata
 
 from tether.policy._provenance_values import PARTY_DIGITS
 
-__all__ = ["spelled_numbers"]
+__all__ = ["spelled_forms", "spelled_numbers", "turned_forms"]
 
 _WORDS: dict[str, tuple[str, ...]] = {
     "0": ("zero", "oh", "nil", "nought", "naught", "cero", "null", "nul"),
@@ -116,3 +116,53 @@ def spelled_numbers(text: str) -> tuple[tuple[str, str, int], ...]:
         run.times, run.pending = 1, -1
     close()
     return tuple(out)
+
+
+# Characters set apart one by one (``b i l l i n g @ s e c u r e …``): four or more, each a
+# single character between single spaces (a word's letters, as a reader joins them again).
+_SPACED = re.compile(r"(?<!\S)\S(?: \S(?!\S)){3,}")
+# Text as hexadecimal (``62696c6c…``): sixteen digits or more, an even count, alone.
+_HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Za-z])")
+# An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or ``at`` between two
+# names where a dot is spelled too (``billing at secure-systems dot com``).
+_AT = re.compile(
+    r"(?<=\w)\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*(?=\w)|(?<=\w) at (?=[\w-]+\s*[\[\(\{]?\s*dot\b)",
+    re.IGNORECASE,
+)
+
+_DOT = re.compile(r"\s*[\[\(\{]\s*dot\s*[\]\)\}]\s*|\s+dot\s+", re.IGNORECASE)  # with a spelled ``at``
+
+
+def spelled_forms(value: str) -> list[str]:
+    """``value`` as a reader (the next run's model, a trusted tool) makes of text spelled so no
+    address or link is seen in it: characters set apart one by one joined, hexadecimal text
+    decoded, an ``@`` spelled as ``at`` written as one. Each form that differs, once."""
+    out: list[str] = []
+    joined = _SPACED.sub(lambda m: m.group(0).replace(" ", ""), value)
+    unhexed = _HEX.sub(lambda m: _text_of_hex(m.group(0)), value)
+    at = [_DOT.sub(".", _AT.sub("@", text)) for text in (value, joined) if _AT.search(text)]
+    for form in (joined, unhexed, *at):
+        if form != value and form not in out:
+            out.append(form)
+    return out
+
+
+def _text_of_hex(digits: str) -> str:
+    """The text ``digits`` encode as UTF-8 (printable, a letter in it), else ``digits``."""
+    try:
+        text = bytes.fromhex(digits).decode("utf-8")
+    except ValueError:
+        return digits
+    return text if text.isprintable() and any(c.isalpha() for c in text) else digits
+
+
+# A mark of a link set apart by spaces (``secure-systems . example / deal``).
+_SPACED_MARK = re.compile(r"(?<=\w)\s+([./@:])\s+(?=\w)")
+
+
+def turned_forms(value: str) -> list[str]:
+    """``value`` reversed, and with the marks of a link set apart by spaces closed up: a reader
+    (a trusted tool, the next run's model) turns back what was written so; prose turned so reads
+    as links now and then, so what these forms hold is judged only where a source holds it."""
+    closed = _SPACED_MARK.sub(r"\1", value)
+    return [value[::-1], *([closed] if closed != value else [])]
