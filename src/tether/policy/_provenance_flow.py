@@ -278,7 +278,8 @@ def party_handles(
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         found += _closing(index, forms, [_digits(h) for h in handles])
         found += _kept_as_numbers(index, forms, [_digits(h) for h in handles])
-        found += _spelled(index, value, forms)
+    # Spelled so no party is seen: a store keeps it, a message's reader reads it (``_spelled``).
+    found += _spelled(index, value, forms) if argument not in call.reshaped else []
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):

@@ -119,8 +119,9 @@ def spelled_numbers(text: str) -> tuple[tuple[str, str, int], ...]:
 
 
 # Characters set apart one by one (``b i l l i n g @ s e c u r e …``): four or more, each a
-# single character between single spaces (a word's letters, as a reader joins them again).
-_SPACED = re.compile(r"(?<!\S)\S(?: \S(?!\S)){3,}")
+# single character between single spaces (a word's letters, as a reader joins them again), the
+# last one perhaps with the sentence's mark after it.
+_SPACED = re.compile(r"(?<!\S)\S(?: \S(?![^\s.,;:!?)])){3,}")
 # Text as hexadecimal (``62696c6c…``): sixteen digits or more, an even count, alone.
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Za-z])")
 # An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or ``at`` between two
