@@ -1,4 +1,4 @@
-"""Laundering round thirty-nine (helper ``laund39``): a number kept spelled out a digit a word.
+"""Laundering round thirty-nine (helper ``laund39``): parties kept or relayed spelled so none is seen.
 
 What went through:
 
@@ -14,9 +14,22 @@ What went through:
    (``untrusted_handle``): where a source spells or states it, or where words spell six digits
    or more of it (a language the reader does not know traces nowhere).
 
+2. **an address or a link spelled so that none is seen**: its characters set apart one by one
+   (``b i l l i n g @ …``), as hexadecimal text, with ``at`` for ``@`` (``billing [at] …``,
+   ``billing at secure-systems dot example``), or a link reversed (``laed/elpmaxe.smetsys-eruces``)
+   or with its marks spaced (``secure-systems . example / deal``): kept in the notes, and the
+   next run's model or a trusted decoding tool turned it back. These forms are read too
+   (``spelled_forms``; reversed and spaced links, which prose now and then reads as, only where a
+   source holds them forward or as written: ``turned_forms``);
+3. **the same relayed in a message**: a mail body giving the review's account in words, or its
+   address spaced or in hexadecimal, went out unreviewed; spelled forms are read in every content
+   argument, not only a write's.
+
 The listing's account and the user's (typed in figures or in words) kept in words are still kept
-and paid unreviewed by the next run; notes that count in words ("two rooms, one night") are kept.
-The user's own account given in words and written out in figures is now traced to the request.
+and paid unreviewed by the next run; the listing's address and link spaced or in hexadecimal are
+kept and mailed; notes that count in words ("two rooms, one night") are kept. The user's own
+account given in words and written out in figures is now traced to the request (it went to a
+reviewer before).
 """
 
 from __future__ import annotations
