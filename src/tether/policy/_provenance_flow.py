@@ -17,7 +17,7 @@ from tether.policy._provenance_decoding import decoded, decoded_forms
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before, history
-from tether.policy._provenance_spelled import spelled_forms, spelled_numbers, turned_forms
+from tether.policy._provenance_spelled import spelled_forms, spelled_numbers, turned_links
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
@@ -431,11 +431,7 @@ def _spelled(index: ProvenanceIndex, value: str, forms: list[str]) -> list[tuple
     links = {link.key: link for f in spelled for link in find_links(f) if link.key not in shown}
     out += [(h, handle_origins(index, h)) for h in handles]
     out += [(link.raw, index.link_origins(link)) for link in links.values()]
-    # Reversed, or its marks spaced (``turned_forms``): where a source gives it either way.
-    for link in {k.key: k for f in turned_forms(value) for k in find_links(f) if k.key not in shown}.values():
-        origins = [*index.link_origins(link), *index.trace(link.raw[::-1])]
-        out += [(link.raw, origins)] if any(o.kind != "nowhere" for o in origins) else []
-    return out
+    return out + turned_links(index, value)  # reversed, or its marks spaced
 
 
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:

@@ -11,10 +11,15 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from typing import TYPE_CHECKING
 
-from tether.policy._provenance_values import PARTY_DIGITS
+from tether.policy._provenance_values import PARTY_DIGITS, find_links
 
-__all__ = ["spelled_forms", "spelled_numbers", "turned_forms"]
+if TYPE_CHECKING:
+    from tether.policy._provenance import ProvenanceIndex
+    from tether.policy._provenance_labels import Origin
+
+__all__ = ["spelled_forms", "spelled_numbers", "turned_forms", "turned_links"]
 
 _WORDS: dict[str, tuple[str, ...]] = {
     "0": ("zero", "oh", "nil", "nought", "naught", "cero", "null", "nul"),
@@ -167,3 +172,18 @@ def turned_forms(value: str) -> list[str]:
     as links now and then, so what these forms hold is judged only where a source holds it."""
     closed = _SPACED_MARK.sub(r"\1", value)
     return [value[::-1], *([closed] if closed != value else [])]
+
+
+def turned_links(index: ProvenanceIndex, value: str) -> list[tuple[str, list[Origin]]]:
+    """The links ``value`` holds reversed or with their marks spaced (``turned_forms``), each
+    with its origins, where a source holds it forward or as ``value`` writes it; never one that
+    is a piece of a link ``value`` shows as written (judged as that link)."""
+    shown = [link.raw.casefold() for link in find_links(value)]
+    out: list[tuple[str, list[Origin]]] = []
+    for link in {k.key: k for f in turned_forms(value) for k in find_links(f)}.values():
+        raw = link.raw.casefold()
+        if any(raw in s or raw[::-1] in s for s in shown):
+            continue
+        origins = [*index.link_origins(link), *index.trace(link.raw[::-1])]
+        out += [(link.raw, origins)] if any(o.kind != "nowhere" for o in origins) else []
+    return out
