@@ -18,6 +18,7 @@ from tether.policy._provenance_display import displayed
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before, history
+from tether.policy._provenance_spelled import spelled_forms, spelled_numbers, turned_links
 from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret, shown, unfolded
 from tether.policy._provenance_values import (
     Link,
@@ -279,6 +280,8 @@ def party_handles(
     if call.spec.effect is Effect.WRITE and argument not in call.reshaped:
         found += _closing(index, forms, [_digits(h) for h in handles])
         found += _kept_as_numbers(index, forms, [_digits(h) for h in handles])
+    # Spelled so no party is seen: a store keeps it, a message's reader reads it (``_spelled``).
+    found += _spelled(index, value, forms) if argument not in call.reshaped else []
     # A link this write makes with the run's own pieces is judged as that link (``_links``).
     writes = call.spec.effect is Effect.WRITE and argument not in call.reshaped
     if writes and not joined_links(call, argument, value, rules_of, before):
@@ -412,6 +415,27 @@ def _kept_as_numbers(
     return out
 
 
+def _spelled(index: ProvenanceIndex, value: str, forms: list[str]) -> list[tuple[str, list[Origin]]]:
+    """What a write keeps spelled so that no party is seen in it, as the next run's reader (its
+    model, a trusted words-to-figures or decoding tool) makes it: a number spelled a digit a
+    word (``spelled_numbers``), judged as the number where it came from somewhere, or where
+    words spell ``NOWHERE_CLOSING`` of its digits or more; addresses and links with letters set
+    apart, in hexadecimal or ``at`` for ``@`` (``spelled_forms``), each judged where it came from;
+    links reversed or with their marks spaced (``turned_forms``) where a source holds them."""
+    out: list[tuple[str, list[Origin]]] = []
+    for _, digits, worded in dict.fromkeys(n for f in forms for n in spelled_numbers(f)):
+        origins = handle_origins(index, digits)
+        if worded >= NOWHERE_CLOSING or any(o.kind != "nowhere" for o in origins):
+            out.append((digits, origins))  # the number the store's reader makes of the words
+    spelled, seen = spelled_forms(value), {*find_handles(value), *(h for h, _ in out)}
+    handles = dict.fromkeys(h for f in spelled for h in find_handles(f) if h not in seen)
+    shown = {link.key for link in find_links(value)}
+    links = {link.key: link for f in spelled for link in find_links(f) if link.key not in shown}
+    out += [(h, handle_origins(index, h)) for h in handles]
+    out += [(link.raw, index.link_origins(link)) for link in links.values()]
+    return out + turned_links(index, value)  # reversed, or its marks spaced
+
+
 def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     """Where ``handle`` (``party_handles``) came from: its own origins, and for a number, those
     of the accounts (IBAN-shaped) and numbers the request or a result holds whose digits hold all of its: a
@@ -428,6 +452,9 @@ def handle_origins(index: ProvenanceIndex, handle: str) -> list[Origin]:
     # (``kept_numbers``: ``+44:7700:900555``, ``1-800-FLOWERS``, as the request gave it).
     held += [n for t in texts for n in find_numbers(t) if n != handle and digits in _digits(n)]
     held += [n for t in texts for n in kept_numbers(t) if n != handle and digits in _digits(keypad(n))]
+    # A text that spells it a digit a word (``spelled_numbers``: the user's account in words).
+    every = (index.objective, *(seg.raw for seg in index.segments))
+    held += [n for t in every for n, spelled, _ in spelled_numbers(t) if digits in spelled]
     return [*origins, *(o for a in dict.fromkeys(held) for o in index.trace(a, shape_kind(a)))]
 
 
