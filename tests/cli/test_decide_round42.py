@@ -96,7 +96,13 @@ def paused(
 
 
 def _decide(
-    where: str, p: SimpleNamespace, action: str, *, reason: str = "", seen: str | None = None, tenants: str = ""
+    where: str,
+    p: SimpleNamespace,
+    action: str,
+    *,
+    reason: str = "",
+    seen: str | None = None,
+    tenants: str = "",
 ) -> Any:
     """``action`` on ``p.pid`` through entry point ``where``, as ``ana`` (of ``tenants`` if given)."""
     if where == "approvals":
@@ -219,5 +225,7 @@ def test_another_tenants_reviewer_decides_nothing(paused: SimpleNamespace) -> No
     viewer = Principal("val", {TENANT: "viewer"})
     sources = SimpleNamespace(approvals=paused.approvals, users=paused.users)
     with pytest.raises(Denied):
-        blocking(review_proposal, sources, viewer, paused.pid, "approve", reason="", content_hash=_hash(paused))  # type: ignore[arg-type]
+        blocking(
+            review_proposal, sources, viewer, paused.pid, "approve", reason="", content_hash=_hash(paused)
+        )  # type: ignore[arg-type]
     assert _state(paused) == before
