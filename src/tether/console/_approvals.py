@@ -19,6 +19,7 @@ from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, find_names, skeleton
 from tether.core.messages import AssistantMessage
 from tether.errors import ApprovalError
+from tether.policy._decisions import HumanDecision, decide_proposal
 from tether.policy._record import read_policy_record
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.runs._checkpoint import state_from_json
@@ -26,7 +27,6 @@ from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = ["QUEUE_SHOWN", "Denied", "Hidden", "proposal_view", "queue", "queue_tenants", "review_proposal"]
 
-ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
 QUEUE_SHOWN = 500  # proposals a queue page or API answer lists: the newest (filter to see others)
 QUEUE_TRACED = 50  # queue rows whose argument provenance is traced from the checkpoint
@@ -527,9 +527,6 @@ def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, lis
     return out
 
 
-REASON_CHARS = 2000  # a decision's reason, as its form's field takes it
-
-
 @dataclass(frozen=True, slots=True)
 class ReviewedProposal:
     id: str  # the proposal's
@@ -557,42 +554,24 @@ async def review_proposal(
     ``content_hash`` read, and of the ``effect`` and ``tenant`` in ``read`` where given (the hash
     covers the tool and its arguments only). Raises ``Hidden``, ``Denied``, ``ApprovalError``
     (``content_changed``, ``reason_required`` …)."""
-    actor = principal.actor
-    tenant, seen_hash = "", content_hash or ""
-    try:
-        if action not in ACTIONS:
-            raise ApprovalError("bad_action", f"action must be one of {', '.join(ACTIONS)}")
-        p = await _visible(sources, principal, proposal_id)
-        assert sources.approvals is not None
-        tenant = p.tenant
-        if not principal.may(p.tenant, "reviewer"):
+    if sources.approvals is None:
+        raise Hidden("proposal")
+
+    async def admit(found: StoredProposal | None) -> None:
+        if found is None or not principal.sees(found.tenant):
+            raise Hidden("proposal")
+        if not principal.may(found.tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} is not a reviewer for this tenant")
-        if action == "approve" and not content_hash:
-            raise ApprovalError("content_hash_required", "approve names the content hash that was reviewed")
-        if content_hash and content_hash != p.content_hash:
-            raise ApprovalError(
-                "content_changed", "the proposal is not the one reviewed (content hash differs)"
-            )
-        reason = reason.strip()
-        if len(reason) > REASON_CHARS:  # refused whole: a reason cut to its start, unsaid, was kept
-            raise ApprovalError("bad_request", f"a reason holds at most {REASON_CHARS} characters")
-        if action == "deny" and not reason:
-            raise ApprovalError("reason_required", "a denial needs a reason")
-        given = reason or ("invalidated" if action == "invalidate" else "")
-        # Held to what was read, atomically: its hash, and its effect and tenant where named.
-        seen = {"content_hash": content_hash, **(read or {})} if action == "approve" else {}
-        done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given, **seen)
-    except ApprovalError as err:
-        sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
-        raise
-    sources.users.audit(
-        actor,
-        action,
-        tenant=done.tenant,
-        target=done.id,
-        content_hash=done.content_hash,
-        outcome=str(done.status),
-        detail=reason,
+
+    # Checked, held to what was read and audited in the one home of a person's decision.
+    done = await decide_proposal(
+        sources.approvals,
+        principal.reviewer(),
+        HumanDecision(action, proposal_id, reason, content_hash, read or {}),
+        actor=principal.actor,
+        audit=sources.users,
+        require_hash=True,
+        admit=admit,
     )
     decided_at = done.decided_at.isoformat(timespec="seconds") if done.decided_at else None
     return ReviewedProposal(

@@ -20,8 +20,9 @@ from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name
 from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
+from tether.mcp._answers import answer_question
 from tether.mcp._config import offered_name
-from tether.mcp._elicitation import check_schema, store_answer, validate_answer
+from tether.mcp._elicitation import check_schema, validate_answer
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
@@ -338,33 +339,24 @@ async def answer(
     pause, shown_tenant = await _visible(sources, principal, pause_id)
     actor, tenant = principal.actor, shown_tenant or ""
     redactor, _ = await _redactor(sources, pause)
-    try:
-        if not principal.may(tenant, "reviewer"):
-            raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
-        assert sources.open_pauses is not None
-        store = sources.open_pauses()
-        try:  # validated against the stored question, as the CLI does
-            stored = await store_answer(store, pause_id, action, content, actor=f"console:{principal.name}")
-        finally:
-            store.close()
-    except ApprovalError as err:
-        # The stored question's reasons (its choices, its fields) may hold the call's secrets.
-        refusal = (
-            err if redactor.text(str(err)) == str(err) else ApprovalError(err.reason, redactor.text(str(err)))
+    if not principal.may(tenant, "reviewer"):
+        raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
+    assert sources.open_pauses is not None
+    store = sources.open_pauses()
+    try:  # checked and audited in the one home of a person's answer, as the CLI's are
+        stored = await answer_question(
+            store,
+            pause_id,
+            action,
+            content,
+            answered_by=f"console:{principal.name}",
+            actor=actor,
+            audit=sources.users,
+            tenant=tenant,
+            redact=redactor.text,
         )
-        sources.users.refused(actor, f"elicitation_{action}", refusal, tenant=tenant, target=pause_id)
-        if refusal is err:
-            raise
-        raise refusal from None
-    fields = sorted(redactor.text(str(k)) for k in content or {})
-    sources.users.audit(
-        actor,
-        f"elicitation_{action}",
-        tenant=tenant,
-        target=pause_id,
-        outcome="answered",
-        detail=f"fields: {', '.join(fields)}" if fields else "",
-    )
+    finally:
+        store.close()
     return {"id": stored.id, "status": stored.status, "action": stored.action, "run_id": stored.run_id}
 
 

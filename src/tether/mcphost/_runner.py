@@ -19,12 +19,14 @@ from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.stop import Limits, StopReason
 from tether.errors import ApprovalError
 from tether.host import Host
+from tether.mcp._answers import answer_question
 from tether.mcp._config import McpConfig
-from tether.mcp._elicitation import Responder, store_answer
+from tether.mcp._elicitation import Responder
 from tether.mcp._hosting import mcp_sources
 from tether.mcp._pauses import Pause, PauseStore
 from tether.mcphost._build import build_host
 from tether.models._base import ModelRequest
+from tether.policy._decisions import DecisionAudit
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import Agent, RunResult
@@ -234,11 +236,38 @@ async def run_question(
 
 
 async def answer_pause(
-    config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    config: McpConfig,
+    pause_id: str,
+    action: str,
+    content: dict[str, Any] | None,
+    *,
+    actor: str,
+    audit: DecisionAudit | None = None,
+    audited_as: str = "",
 ) -> Pause:
-    """Store a validated answer to a pending elicitation (``store_answer``); nothing runs."""
+    """Store a validated answer to a pending elicitation as ``actor``, audited in ``audit`` as
+    ``audited_as`` (``answer_question``: every entry point's one home); nothing runs."""
     with closing(PauseStore(config.path(config.host.state))) as store:
-        return await store_answer(store, pause_id, action, content, actor=actor)
+        return await answer_question(
+            store,
+            pause_id,
+            action,
+            content,
+            answered_by=actor,
+            actor=audited_as or actor,
+            audit=audit,
+            tenant=await _pause_tenant(config, store, pause_id),
+        )
+
+
+async def _pause_tenant(config: McpConfig, store: PauseStore, pause_id: str) -> str:
+    """The tenant of the run a question pauses: its trace's, else this host's own ("" unknown)."""
+    try:
+        asked = await store.get(pause_id)
+    except ApprovalError:  # unknown: refused, and audited, by the answer itself
+        return ""
+    tenant = _run_tenant(config, asked.run_id)
+    return config.host.tenant if tenant is None else tenant
 
 
 def _run_tenant(config: McpConfig, run_id: str) -> str | None:
@@ -256,24 +285,38 @@ def _run_tenant(config: McpConfig, run_id: str) -> str | None:
 
 
 async def resume_pause(
-    config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    config: McpConfig,
+    pause_id: str,
+    action: str,
+    content: dict[str, Any] | None,
+    *,
+    actor: str,
+    audit: DecisionAudit | None = None,
+    audited_as: str = "",
 ) -> dict[str, Any]:
-    """Answer a pending elicitation, then re-run the paused call (as ``host.tenant``). Raises
-    ``ApprovalError`` (``other_tenant``: the paused run is another tenant's; nothing is stored),
-    ``ConfigError``."""
+    """Answer a pending elicitation (``answer_pause``), then re-run the paused call (as
+    ``host.tenant``). Raises ``ApprovalError`` (``other_tenant``: the paused run is another
+    tenant's; nothing is stored but the refusal's audit entry), ``ConfigError``."""
     with closing(PauseStore(config.path(config.host.state))) as store:
         asked = await store.get(pause_id)
     # The call is run again in this host's context: another tenant's run (an application's, on
     # these servers) would have its call made, traced and decided as this host's tenant's.
     tenant = _run_tenant(config, asked.run_id)
     if tenant is not None and tenant != config.host.tenant:
-        raise ApprovalError(
+        refusal = ApprovalError(
             "other_tenant",
             f"pause {pause_id} is of run {asked.run_id} of {f'tenant {tenant}' if tenant else 'no tenant'},"
             f" not {config.host.tenant}: answer"
             f" it (--answer-only, or in the console) and continue the run: tether resume {asked.run_id}",
         )
-    pause = await answer_pause(config, pause_id, action, content, actor=actor)
+        if audit is not None:
+            audit.refused(
+                audited_as or actor, f"elicitation_{action}", refusal, tenant=tenant, target=pause_id
+            )
+        raise refusal
+    pause = await answer_pause(
+        config, pause_id, action, content, actor=actor, audit=audit, audited_as=audited_as
+    )
     server = pause.server
     host = build_host(config, servers=[server])
     context = TrustedContext(tenant=config.host.tenant, user=config.host.user)

@@ -18,6 +18,7 @@ from tether.core.stop import StopReason
 from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, PolicyError
 from tether.policy._approvals import Approvals, Review, Reviewer, idempotency_key
+from tether.policy._decisions import DecisionAudit, HumanDecision, decide_proposal
 from tether.policy._intake import Proposal, parse_envelope
 from tether.policy._store import AUTOMATIC_APPROVAL, ProposalStatus, StoredProposal
 from tether.policy._trusted import TrustedContext
@@ -44,11 +45,13 @@ class Execution:
 class ProposalDesk:
     """Propose → review → approve → execute against a started host with an approval store."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, *, audit: DecisionAudit | None = None) -> None:
+        """``audit``: where a person's decisions are recorded (the console's ``UserStore``)."""
         if host.approvals is None:
             raise ConfigError("ProposalDesk needs Host(approvals=Approvals(store))")
         self.host = host
         self.approvals: Approvals = host.approvals
+        self.audit = audit
 
     async def propose(
         self, context: TrustedContext, raw_json: str | bytes, *, proposed_by: str = "model"
@@ -101,11 +104,21 @@ class ProposalDesk:
     async def review(self, context: TrustedContext, proposal_id: str) -> Review:
         return await self.approvals.review(context, proposal_id)
 
-    async def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return await self.approvals.approve(reviewer, proposal_id, reason=reason)
+    async def approve(
+        self, reviewer: Reviewer, proposal_id: str, *, reason: str = "", content_hash: str | None = None
+    ) -> StoredProposal:
+        """A person's approval, checked and audited as every entry point's (``decide_proposal``)."""
+        return await self._person(reviewer, HumanDecision("approve", proposal_id, reason, content_hash))
 
     async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return await self.approvals.deny(reviewer, proposal_id, reason=reason)
+        """A person's denial (it needs a reason), checked and audited as every entry point's."""
+        return await self._person(reviewer, HumanDecision("deny", proposal_id, reason))
+
+    async def _person(self, reviewer: Reviewer, decision: HumanDecision) -> StoredProposal:
+        if not isinstance(reviewer, Reviewer):
+            raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
+        actor = f"reviewer:{reviewer.name}"
+        return await decide_proposal(self.approvals, reviewer, decision, actor=actor, audit=self.audit)
 
     async def invalidate(
         self, context: TrustedContext, proposal_id: str, *, reason: str = "invalidated"

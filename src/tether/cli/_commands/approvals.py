@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._audit import CliAudit, cli_actor
 from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
 from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import emit_json, fail, missing_extra, outcome, table
@@ -34,7 +35,8 @@ def register(sub: Any) -> None:
         a = acts.add_parser(name, help=helptext)
         a.add_argument("id")
         a.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
-        a.add_argument("--reason", default="")
+        a.add_argument("--reason", default="", help="why (a denial needs one)")
+        a.add_argument("--content-hash", help="the content hash read (`show`): the decision is held to it")
     add_resolve(acts, "record what became of an escalated call (outcome unknown)")
     for action in acts.choices.values():
         add_json(action)
@@ -44,35 +46,6 @@ def register(sub: Any) -> None:
     )
     add_db(p, acts, db_help)
     p.set_defaults(handler=run)
-
-
-def _audit(
-    who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
-) -> None:
-    """A decision taken here goes into the console's audit log too, when there is one."""
-    from tether.cli._commands.users import default_users_db
-
-    path = default_users_db()
-    if not path.exists():
-        return
-    try:
-        from tether.console._users import UserStore
-    except ImportError:  # no console extra: the approval store's history still has it
-        return
-    store = UserStore(path)
-    try:
-        store.audit(
-            f"cli:{who}",
-            action,
-            tenant=tenant,
-            target=target,
-            content_hash=content_hash,
-            outcome=outcome,
-            detail=detail,
-            client="cli",
-        )
-    finally:
-        store.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,6 +150,7 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
     import getpass
 
     from tether.policy import Reviewer
+    from tether.policy._decisions import HumanDecision, decide_proposal
     from tether.sql._database import blocking
 
     # An operator with the store open at the console acts for every tenant in it.
@@ -186,13 +160,9 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
             approvals.resolve, reviewer, args.key, happened=args.happened == "yes", note=args.note
         )
         return {"key": entry.key, "status": str(entry.status), "note": entry.note}
-    act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
-    try:
-        p = blocking(act[args.action], reviewer, args.id, reason=args.reason)
-    except ApprovalError as err:
-        _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
-        raise
-    _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
+    decision = HumanDecision(args.action, args.id, args.reason, args.content_hash)
+    actor = cli_actor(reviewer.name)
+    p = blocking(decide_proposal, approvals, reviewer, decision, actor=actor, audit=CliAudit())
     decided_at = p.decided_at.isoformat() if p.decided_at else None
     return {
         "id": p.id,

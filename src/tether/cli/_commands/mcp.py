@@ -384,6 +384,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
+    from tether.cli._commands._audit import CliAudit, cli_actor
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
 
@@ -391,13 +392,28 @@ def _resume(args: argparse.Namespace) -> int:
         config = _load(args)
         action, content = answer_of(args)
         actor = args.by or getpass.getuser()
+        # Checked and audited as every entry point's answers (``mcp._answers.answer_question``).
+        audit, audited_as = CliAudit(), cli_actor(actor)
         if args.answer_only:
-            pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)
+            pause = blocking(
+                answer_pause,
+                config,
+                args.pause_id,
+                action,
+                content,
+                actor=actor,
+                audit=audit,
+                audited_as=audited_as,
+            )
             hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
             payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
             line = f"{pause.id}: answered ({action}); continue the run with: {hint}"
             return outcome(payload, line, as_json=args.json)
-        out = anyio.run(lambda: resume_pause(config, args.pause_id, action, content, actor=actor))
+        out = anyio.run(
+            lambda: resume_pause(
+                config, args.pause_id, action, content, actor=actor, audit=audit, audited_as=audited_as
+            )
+        )
     except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
         return _fail(args, err)
     code = EXIT_CODES[_RERUN_STOP[out["status"]]]

@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
         d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
         d.add_argument("proposal_id")
         d.add_argument("--reviewer", help="who decides (default: $USER)")
-        d.add_argument("--reason", default="")
+        d.add_argument("--reason", default="", help="why (a denial needs one)")
+        d.add_argument("--content-hash", help="the content hash read (`approvals show`): held to it")
     acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
     ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
     ans.add_argument("pause_id")
@@ -246,13 +247,16 @@ def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:
+    from tether.cli._commands._audit import CliAudit, cli_actor
     from tether.policy import Approvals, Reviewer
+    from tether.policy._decisions import HumanDecision, decide_proposal
     from tether.sql._database import blocking
 
     approvals = Approvals(client.stores.approvals)
     reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
-    decide = approvals.approve if args.action == "approve" else approvals.deny
-    p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
+    decision = HumanDecision(args.action, args.proposal_id, args.reason, args.content_hash)
+    actor = cli_actor(reviewer.name)
+    p = blocking(decide_proposal, approvals, reviewer, decision, actor=actor, audit=CliAudit())
     out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
     return _done(args, out, f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
 
@@ -277,15 +281,39 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
-    from tether.mcp._elicitation import store_answer
+    from tether.cli._commands._audit import CliAudit, cli_actor
+    from tether.mcp._answers import answer_question
     from tether.sql._database import blocking
 
     action, content = answer_of(args)
-    actor = args.by or _who()
-    pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
+    who = args.by or _who()
+    pauses = client.stores.pauses
+    pause = blocking(
+        answer_question,
+        pauses,
+        args.pause_id,
+        action,
+        content,
+        answered_by=who,
+        actor=cli_actor(who),
+        audit=CliAudit(),
+        tenant=_pause_tenant(client, args.pause_id),
+    )
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
     line = f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
     return _done(args, out, line)
+
+
+def _pause_tenant(client: Any, pause_id: str) -> str:
+    """The tenant of the run a question pauses, as the audit log names it ("" if unknown)."""
+    from tether.sql._database import blocking
+
+    try:
+        pause = blocking(client.stores.pauses.get, pause_id)
+    except ApprovalError:  # unknown: refused, and audited, by the answer itself
+        return ""
+    view = client.run(pause.run_id)
+    return str(view.tenant or "") if view is not None else ""
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
