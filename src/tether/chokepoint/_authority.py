@@ -58,7 +58,7 @@ from tether.tools._contract import Tool, ToolContext, ToolSpec, unwrap_exception
 from tether.tools._source import LocalTools, ToolSource
 from tether.trace._events import EventKind
 from tether.trace._sanitize import Redactor
-from tether.trace._tracer import FlushMode, JsonlSink, MemorySink, Tracer, TraceSink, flush_mode
+from tether.trace._tracer import FlushMode, JsonlSink, Tracer, TraceSink, flush_mode
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -197,7 +197,8 @@ class HostCore:
     # -- tracing --------------------------------------------------------------------------
 
     def new_tracer(self, run_id: str) -> tuple[Tracer, Path | None]:
-        sinks: list[TraceSink] = [MemorySink(), *self.extra_sinks]
+        # No ``MemorySink``: the tracer holds every event it emits (``Tracer.events``) already.
+        sinks: list[TraceSink] = [*self.extra_sinks]
         path = self.trace_dir / f"{run_id}.jsonl" if self.trace_dir is not None else None
         if path is not None:
             sinks.append(JsonlSink(path, flush=self.trace_flush))

@@ -391,6 +391,17 @@ def _clean_text(value: str, redactor: Redactor) -> str:
     return sanitize(value)
 
 
+# A traced value of these types is kept as it is.
+_AS_IS = frozenset({int, bool, type(None)})
+# Strings a plain payload kept as they were (printable, no backslash, no JSON opener: ``sanitize``
+# and ``redact_keyed_text`` leave them as they are): tool names, call ids, model names, rules and
+# words such as a finish reason recur on every step. Short ones only, at most ``_KEPT_MAX``
+# (emptied when full); whether a string is kept depends on the string alone.
+_KEPT: set[str] = set()
+_KEPT_CHARS = 128
+_KEPT_MAX = 4096
+
+
 def _strict_from_env() -> bool:
     return os.environ.get("TETHER_TRACE_STRICT", "").lower() in ("1", "true", "yes")
 
@@ -475,25 +486,43 @@ class Tracer:
     def _clean(self, data: dict[str, Any], secretish: frozenset[str]) -> dict[str, Any]:
         """``data`` (the emit's own keyword mapping, never the caller's) sanitised and redacted in
         place: a value is stored again only where it changes (most never do). The common cases
-        inline: a printable string without a backslash, JSON opener or secret is kept as it is,
-        an integer, a bool, None and a finite float as they are."""
+        inline: an integer, a bool and None as they are; with no secret known and no field
+        redacted by name (most events), a printable string without a backslash or JSON opener is
+        kept as it is, and one seen before is known at a glance (``_KEPT``)."""
         redactor = self.redactor
-        plain = not redactor.has_secrets()
+        if redactor.has_secrets() or not secretish.isdisjoint(data):
+            return self._clean_secretish(data, secretish)
+        kept = _KEPT
         for key, value in data.items():
             kind = type(value)
-            if kind is str:
-                if key in secretish:
-                    data[key] = REDACTED
-                elif not (
-                    plain and value.isprintable() and "\\" not in value and value[:1] not in JSON_OPENERS
-                ):
-                    data[key] = _clean_text(value, redactor)
-            elif kind is int or kind is bool or value is None:
+            if kind in _AS_IS or (kind is str and value in kept):
                 continue
+            if kind is str:
+                if value.isprintable() and "\\" not in value and value[:1] not in JSON_OPENERS:
+                    if len(value) <= _KEPT_CHARS:
+                        if len(kept) >= _KEPT_MAX:
+                            kept.clear()
+                        kept.add(value)
+                else:
+                    data[key] = _clean_text(value, redactor)
             elif kind is float:
                 if value - value != 0:  # NaN or an infinity (``finite``)
                     data[key] = finite(value)
             else:
+                data[key] = sanitize_value(value, redactor, key)
+        return data
+
+    def _clean_secretish(self, data: dict[str, Any], secretish: frozenset[str]) -> dict[str, Any]:
+        """``_clean`` where a secret is known or a field is redacted by its name."""
+        redactor = self.redactor
+        for key, value in data.items():
+            kind = type(value)
+            if kind is str:
+                data[key] = REDACTED if key in secretish else _clean_text(value, redactor)
+            elif kind is float:
+                if value - value != 0:
+                    data[key] = finite(value)
+            elif kind not in _AS_IS:
                 data[key] = sanitize_value(value, redactor, key)
         return data
 
