@@ -1,7 +1,7 @@
 """Round perf54: a run's events are held once (``Tracer.events``; no ``MemorySink`` beside it), and
-the tracer's plain case knows strings it kept before at a glance (a bounded set). What cleaning
-did before still holds: a kept string is redacted where a secret is known or its field is named
-as a credential, and an unsafe string is never kept."""
+the tracer's plain case (no secret known, no field redacted by name) is split from the rest. What
+cleaning did before still holds: a plain string is redacted where a secret is known or its field
+is named as a credential, and an unsafe string is cleaned every time."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 from tether.chokepoint._authority import HostCore
 from tether.trace import EventKind, JsonlSink, MemorySink, Tracer, read_trace
-from tether.trace import _tracer as tracer_module
 from tether.trace._sanitize import REDACTED, Redactor
 
 
@@ -32,42 +31,28 @@ def test_a_hosts_tracer_holds_each_event_once_and_its_file_has_them_all(tmp_path
     assert bare.emit(EventKind.STOP, reason="accepted") is bare.events[-1]
 
 
-def test_a_plain_string_is_kept_once_and_known_again() -> None:
-    tracer_module._KEPT.discard("lookup-54")
-    first = _tracer().emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="lookup-54", arguments="{}")
-    assert "lookup-54" in tracer_module._KEPT
-    again = _tracer().emit(EventKind.TOOL_PROPOSED, call_id="c2", tool="lookup-54", arguments="{}")
-    assert first.data["tool"] == again.data["tool"] == "lookup-54"
+def test_a_plain_string_is_kept_as_it_is() -> None:
+    event = _tracer().emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="lookup-54", arguments="{}")
+    assert event.data == {"call_id": "c1", "tool": "lookup-54", "arguments": "{}"}
 
 
-def test_a_kept_string_is_redacted_where_a_secret_is_known() -> None:
+def test_a_plain_string_is_redacted_where_a_secret_is_known() -> None:
     plain = _tracer().emit(EventKind.VERIFICATION_FAILED, problem="hunter2-secret-54")
     assert plain.data["problem"] == "hunter2-secret-54"
-    assert "hunter2-secret-54" in tracer_module._KEPT
     event = _tracer("hunter2-secret-54").emit(EventKind.VERIFICATION_FAILED, problem="hunter2-secret-54")
     assert event.data["problem"] == REDACTED
 
 
-def test_a_kept_string_under_a_credential_named_field_is_redacted() -> None:
-    _tracer().emit(EventKind.VERIFICATION_FAILED, problem="tok-54")
-    assert "tok-54" in tracer_module._KEPT
+def test_a_plain_string_under_a_credential_named_field_is_redacted() -> None:
     event = _tracer().emit(EventKind.MODEL_ERROR, error="tok-54", api_token="tok-54")
     assert event.data == {"error": "tok-54", "api_token": REDACTED}
 
 
-def test_unsafe_and_long_strings_are_never_kept_and_are_cleaned_each_time() -> None:
-    long = "x" * (tracer_module._KEPT_CHARS + 1)
+def test_unsafe_strings_are_cleaned_each_time() -> None:
+    long = "x" * 129
     for _ in range(2):
         event = _tracer().emit(
             EventKind.TOOL_PROPOSED, call_id="a\nb", tool=long, arguments='{"password": "p-54"}'
         )
         redacted = f'{{"password": "{REDACTED}"}}'
         assert event.data == {"call_id": "a\\x0ab", "tool": long, "arguments": redacted}
-    assert not {"a\nb", long, '{"password": "p-54"}'} & tracer_module._KEPT
-
-
-def test_the_kept_strings_are_bounded() -> None:
-    tracer = _tracer()
-    for n in range(tracer_module._KEPT_MAX + 10):
-        tracer.emit(EventKind.VERIFICATION_FAILED, problem=f"p{n}")
-        assert len(tracer_module._KEPT) <= tracer_module._KEPT_MAX

@@ -393,13 +393,6 @@ def _clean_text(value: str, redactor: Redactor) -> str:
 
 # A traced value of these types is kept as it is.
 _AS_IS = frozenset({int, bool, type(None)})
-# Strings a plain payload kept as they were (printable, no backslash, no JSON opener: ``sanitize``
-# and ``redact_keyed_text`` leave them as they are): tool names, call ids, model names, rules and
-# words such as a finish reason recur on every step. Short ones only, at most ``_KEPT_MAX``
-# (emptied when full); whether a string is kept depends on the string alone.
-_KEPT: set[str] = set()
-_KEPT_CHARS = 128
-_KEPT_MAX = 4096
 
 
 def _strict_from_env() -> bool:
@@ -488,22 +481,16 @@ class Tracer:
         place: a value is stored again only where it changes (most never do). The common cases
         inline: an integer, a bool and None as they are; with no secret known and no field
         redacted by name (most events), a printable string without a backslash or JSON opener is
-        kept as it is, and one seen before is known at a glance (``_KEPT``)."""
+        kept as it is."""
         redactor = self.redactor
         if redactor.has_secrets() or not secretish.isdisjoint(data):
             return self._clean_secretish(data, secretish)
-        kept = _KEPT
         for key, value in data.items():
             kind = type(value)
-            if kind in _AS_IS or (kind is str and value in kept):
+            if kind in _AS_IS:
                 continue
             if kind is str:
-                if value.isprintable() and "\\" not in value and value[:1] not in JSON_OPENERS:
-                    if len(value) <= _KEPT_CHARS:
-                        if len(kept) >= _KEPT_MAX:
-                            kept.clear()
-                        kept.add(value)
-                else:
+                if not (value.isprintable() and "\\" not in value and value[:1] not in JSON_OPENERS):
                     data[key] = _clean_text(value, redactor)
             elif kind is float:
                 if value - value != 0:  # NaN or an infinity (``finite``)
