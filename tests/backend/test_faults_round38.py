@@ -33,6 +33,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -478,6 +479,78 @@ def test_call_ids_in_another_protocols_form_pair_across_a_fallback(
     for provider, body in sent:
         paired_orders(provider, body)
     assert paired_orders(second, two.bodies()[-1]) == ["742", "743", "800", "801"]
+
+
+# -- fixed: a fallback to another endpoint of the Responses API ----------------------------------
+
+
+def reads_only_its_own_reasoning(issued: list[str], order: str = "800") -> Respond:
+    """A Responses server that, as the API does without ``store``, refuses (HTTP 400) a request
+    holding a reasoning item whose encrypted content it did not issue, and answers a call and
+    then text, reasoning on each turn (``issued``: the reasoning item ids it gave)."""
+    seen = [0]
+
+    def respond(request: dict[str, Any], i: int) -> Reply:
+        theirs = [t.get("id") for t in request.get("input", ()) if t.get("type") == "reasoning"]
+        if foreign := [t for t in theirs if t not in issued]:
+            return Reply.error(400, f"The encrypted content for item {foreign[0]} could not be verified.")
+        seen[0] += 1
+        reply = stamp(order, reasoning="Thinking.") if seen[0] == 1 else done(reasoning="Done thinking.")
+
+        def note(items: list[Any]) -> list[Any]:
+            text = json.dumps(items)
+            issued.extend(t for t in re.findall(r'"(rs_[0-9]+)"', text) if t not in issued)
+            return items
+
+        return replace(reply, edit=note)
+
+    return respond
+
+
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_fallback_to_another_responses_endpoint_is_not_sent_the_primarys_reasoning(
+    tmp_path: Path, stamps: Callable[[], list[str]], mode: str, transport: str
+) -> None:
+    """The primary reasons and calls, then fails (503 twice); the fallback, another Responses
+    endpoint, cannot read the primary's encrypted reasoning: it is sent none of it, and answers
+    (before: sent the primary's reasoning item, it refused every request, HTTP 400, and the
+    run ended ``model_error`` on a turn its model could answer). Its own reasoning goes back
+    to it on the next turn."""
+    primary_ids: list[str] = []
+    backup_ids: list[str] = []
+    first_turn = reads_only_its_own_reasoning(primary_ids, "742")
+    primary = lambda request, i: first_turn(request, i) if i == 0 else Reply.error(503, "down")  # noqa: E731
+
+    with (
+        SERVERS["openai-responses"](primary) as one,
+        SERVERS["openai-responses"](reads_only_its_own_reasoning(backup_ids)) as two,
+    ):
+        chain = [
+            model("openai-responses", one.url, mode, transport),
+            model("openai-responses", two.url, mode, transport, name="m-2"),
+        ]
+        code, out = run(tmp_path, chain)
+        sent = two.bodies()
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", "All stamped."), out
+    assert stamps() == ["742", "800"]
+    assert primary_ids and backup_ids, (primary_ids, backup_ids)
+    reasoning = [[t["id"] for t in b["input"] if t.get("type") == "reasoning"] for b in sent]
+    assert reasoning == [[], backup_ids[:1]], reasoning
+    assert all("origin" not in t and "provider" not in t for b in sent for t in b["input"]), sent
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_reasoning_goes_back_to_the_endpoint_that_gave_it(
+    tmp_path: Path, stamps: Callable[[], list[str]], mode: str
+) -> None:
+    """One endpoint, no fallback: its reasoning item is sent back to it, as the API requires."""
+    issued: list[str] = []
+    with SERVERS["openai-responses"](reads_only_its_own_reasoning(issued)) as server:
+        code, out = run(tmp_path, [model("openai-responses", server.url, mode)])
+        sent = server.bodies()
+    assert (code, out["stop_reason"], stamps()) == (0, "accepted", ["800"]), out
+    assert [t["id"] for t in sent[-1]["input"] if t.get("type") == "reasoning"] == issued[:1]
 
 
 # -- usage on one turn only -------------------------------------------------------------------------
