@@ -553,6 +553,48 @@ def test_reasoning_goes_back_to_the_endpoint_that_gave_it(
     assert [t["id"] for t in sent[-1]["input"] if t.get("type") == "reasoning"] == issued[:1]
 
 
+def test_a_resumed_chain_sends_the_primary_only_its_own_reasoning(
+    tmp_path: Path, stamps: Callable[[], list[str]]
+) -> None:
+    """Turn 1 on the primary (reasoning, a call), turn 2 on the fallback (its own reasoning, a
+    call), turn 3 fails on both: ``model_error``. Resumed, the run starts on the primary again,
+    sent its own reasoning item and not the fallback's, and its answer stands; no effect runs
+    again (before: sent the fallback's item, it refused, and the resume failed too)."""
+    primary_ids: list[str] = []
+    backup_ids: list[str] = []
+    phase = ["failing"]
+    first_turn = reads_only_its_own_reasoning(primary_ids, "742")
+    backup_turn = reads_only_its_own_reasoning(backup_ids, "800")
+
+    def primary(request: dict[str, Any], i: int) -> Reply:
+        if phase[0] == "answering":
+            foreign = [t.get("id") for t in request["input"] if t.get("type") == "reasoning"]
+            if any(t not in primary_ids for t in foreign):
+                return Reply.error(
+                    400, f"The encrypted content for item {foreign[-1]} could not be verified."
+                )
+            return done()
+        return first_turn(request, i) if i == 0 else Reply.error(503, "down")
+
+    def backup(request: dict[str, Any], i: int) -> Reply:
+        return backup_turn(request, i) if i == 0 else Reply.error(500, "boom")
+
+    with SERVERS["openai-responses"](primary) as one, SERVERS["openai-responses"](backup) as two:
+        chain = [
+            model("openai-responses", one.url, "stream"),
+            model("openai-responses", two.url, "stream", name="m-2"),
+        ]
+        code, out = run(tmp_path, chain)
+        assert (code, out["stop_reason"], stamps()) == (7, "model_error", ["742", "800"]), out
+        phase[0] = "answering"
+        code, again = resume(tmp_path, out["run_id"])
+        last = one.bodies()[-1]
+    assert (code, again["stop_reason"], again["answer"]) == (0, "accepted", "All stamped."), again
+    assert stamps() == ["742", "800"]
+    assert [t["id"] for t in last["input"] if t.get("type") == "reasoning"] == primary_ids[:1]
+    assert paired_orders("openai-responses", last) == ["742", "800"]
+
+
 # -- usage on one turn only -------------------------------------------------------------------------
 
 
