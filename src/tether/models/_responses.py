@@ -95,6 +95,9 @@ class OpenAIResponses(OpenAIBackend):
         super().__init__(model, **options)
         self.reasoning = dict(reasoning) if reasoning else None
         self.store = store
+        # The endpoint this backend speaks to, as its reasoning items are marked (``_sendable``):
+        # a digest, so a checkpoint keeps no URL (nor credentials a URL may carry).
+        self._origin = hashlib.sha256(self.base_url.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         self.prompt_cache_key = prompt_cache_key
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
         self._key = ("", "")  # the stable prefix and its prompt_cache_key
@@ -117,18 +120,23 @@ class OpenAIResponses(OpenAIBackend):
             self._tools = (tools, defs, ",".join(d["name"] for d in defs))
         return self._tools[1]
 
-    @staticmethod
-    def _message_items(message: Message) -> list[dict[str, Any]]:
-        """A message as Responses input items, the same for the same message on every step."""
+    def _message_items(self, message: Message) -> list[dict[str, Any]]:
+        """A message as Responses input items, the same for the same message on every step.
+        A reasoning item goes back only to the endpoint that gave it (its ``origin``; one kept
+        without it, by an earlier release, goes to any): another endpoint of the protocol, a
+        fallback model's, cannot read its ``encrypted_content`` and refuses the whole request
+        (HTTP 400 "could not be verified"), so a chain that moved to it failed on a turn its
+        model could answer; the conversation goes on without it there, as one that never
+        reasoned aloud does."""
         if isinstance(message, ToolMessage):
             return [
                 {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
             ]
         if isinstance(message, AssistantMessage):
             items: list[dict[str, Any]] = [
-                {k: v for k, v in item.items() if k != "provider"}
+                {k: v for k, v in item.items() if k not in _MARKS}
                 for item in message.provider_items
-                if item.get("provider") == PROVIDER
+                if item.get("provider") == PROVIDER and item.get("origin", self._origin) == self._origin
             ]
             if message.content:
                 items.append({"role": "assistant", "content": message.content})
@@ -309,7 +317,7 @@ class OpenAIResponses(OpenAIBackend):
                     ToolCall(call_id, str(item.get("name") or ""), arguments_text(item.get("arguments")))
                 )
             elif kind == "reasoning":
-                if (back := _sendable(item, self.store)) is not None:
+                if (back := _sendable(item, self.store, self._origin)) is not None:
                     kept.append(back)
                 else:
                     unsendable += 1
@@ -347,7 +355,10 @@ class OpenAIResponses(OpenAIBackend):
         return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
 
 
-def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
+_MARKS = ("provider", "origin")  # what tether adds to a kept item, never sent
+
+
+def _sendable(item: Mapping[str, Any], store: bool, origin: str) -> dict[str, Any] | None:
     """A reasoning item as the next request sends it back (without its ``status``, its
     ``summary`` a list, ``[]`` where it was left out): the API requires its ``id`` (and
     ``summary``) on an input reasoning item and refuses the request without it (HTTP 400: the
@@ -356,7 +367,8 @@ def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     conversation goes on without it, as one that never reasoned aloud does. Without ``store``
     nothing is kept server-side, so the item is its ``encrypted_content``: one that came without
     it (a proxy that drops what it does not know) would be looked up by its id and refused
-    (HTTP 404, the next turn failing), so it is not kept either."""
+    (HTTP 404, the next turn failing), so it is not kept either. A kept item is marked with
+    the endpoint it came from (``origin``): only that one can read it back."""
     if not isinstance(item.get("id"), str) or not item["id"]:
         return None
     if not store and not (isinstance(item.get("encrypted_content"), str) and item["encrypted_content"]):
@@ -364,7 +376,7 @@ def _sendable(item: Mapping[str, Any], store: bool) -> dict[str, Any] | None:
     back = {k: v for k, v in item.items() if k != "status"}
     if not isinstance(back.get("summary"), list):
         back["summary"] = []
-    return {"provider": PROVIDER, **back}
+    return {**back, "provider": PROVIDER, "origin": origin}
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended
