@@ -37,8 +37,10 @@ import anyio
 import pytest
 
 from tether.core.stop import Limits, StopReason
+from tether.mcp import review_server
 from tether.mcp._launchers import resolve_launch
 from tether.mcp._listing import offered_name
+from tether.mcp._opening import unused_features
 from tether.mcp._sandbox import bwrap_status
 from tether.mcp._wrapped import module_in_cwd, unwrapped
 from tether.mcphost._runner import run_question
@@ -111,6 +113,7 @@ def _held(run: Any, marks: Path) -> None:
     assert _said(run, LONG, "long-l") and run.result.stop_reason is StopReason.ACCEPTED
 
 
+@pytest.mark.slow
 async def test_read_only_claims_never_lower_the_policy_on_stdio(tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     entry = {"name": "x", "command": [sys.executable, str(SDK)], "sandbox": "none", "effects": READS}
@@ -121,6 +124,7 @@ async def test_read_only_claims_never_lower_the_policy_over_http(tmp_path: Path,
     _held(await _run(tmp_path, {"name": "x", "url": web, "effects": READS}, *CALLS), tmp_path / "marks")
 
 
+@pytest.mark.slow
 async def test_the_operators_effects_decide(tmp_path: Path) -> None:
     """Declared a read by the operator, the same tool runs without approval."""
     marks = tmp_path / "marks"
@@ -135,6 +139,23 @@ async def test_names_no_provider_takes_are_never_pinned(tmp_path: Path) -> None:
     pinned, skipped = await approve(config, "x", accept_flagged={"fs/list", "naïve_lookup"})
     assert {"lookup", "wipe", "files.read", LONG} == set(pinned)
     assert set(skipped) == {"fs/list", "naïve_lookup"} and all("outside" in why for why in skipped.values())
+
+
+async def test_review_names_what_the_server_declares_and_no_run_uses(tmp_path: Path) -> None:
+    """Prompts, resources and completions are named at review as never used, not left silent."""
+    config = write_config(tmp_path, [{"name": "x", "command": [sys.executable, str(SDK)], "sandbox": "none"}])
+    review = await review_server(config, "x")
+    assert set(review.unused) == {"prompts", "resources", "completions"}
+    line = next(line for line in review.summary() if "never used by tether" in line)
+    assert all(word in line for word in review.unused) and review.to_json()["unused_features"]
+
+
+def test_unused_features_are_named_escaped() -> None:
+    from mcp.types import ServerCapabilities, ToolsCapability
+
+    caps = ServerCapabilities(tools=ToolsCapability(), logging={}, experimental={"\x1b[2Jwipe": {}})
+    assert unused_features(caps) == ("experimental \\x1b[2Jwipe",)
+    assert unused_features(ServerCapabilities(tools=ToolsCapability())) == ()
 
 
 # -- confined launches, as users write them ----------------------------------------------------
@@ -162,6 +183,7 @@ LAUNCHES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NO_BWRAP, reason="bwrap does not work here")
 @pytest.mark.parametrize("form", sorted(LAUNCHES))
 async def test_ordinary_launches_start_confined(tmp_path: Path, form: str) -> None:

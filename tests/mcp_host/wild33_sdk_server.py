@@ -76,6 +76,12 @@ def memo(key: str) -> str:
     return f"memo-of-{key}"
 
 
+@mcp.completion()
+async def complete(ref: object, argument: object, context: object) -> None:
+    """Completions are declared; none are given."""
+    return None
+
+
 if __name__ == "__main__":
     if MODES[:1] == ["http"]:
         mcp.run(
