@@ -19,7 +19,13 @@ Found (confined, ``sandbox: auto``, the default):
   could not start: confinement showed the shell alone, not the interpreter or script the command
   names. A shell script of one plain command is now confined as that command
   (``mcp/_wrapped.unwrapped``); a script with anything a shell would read beyond words and
-  quotes is left as it is.
+  quotes is left as it is. A ``#!/bin/sh`` wrapper of one such command (``exec python -m
+  pkg.server "$@"``), by a relative path with ``cwd`` or found on the server's ``PATH``, is
+  confined as that command with the wrapper's arguments (``mcp/_wrapped.script_command``), unless
+  it lies in a folder the server writes (it may have written it).
+
+Also: ``tether mcp review`` now names what a server declares that no run uses (prompts,
+resources, completions, an experimental capability, escaped), instead of leaving it silent.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from tether.mcp._launchers import resolve_launch
 from tether.mcp._listing import offered_name
 from tether.mcp._opening import unused_features
 from tether.mcp._sandbox import bwrap_status
-from tether.mcp._wrapped import module_in_cwd, unwrapped
+from tether.mcp._wrapped import module_in_cwd, script_command, unwrapped
 from tether.mcphost._runner import run_question
 
 from .conftest import approve, script, write_config
@@ -168,6 +174,12 @@ def _project(tmp_path: Path) -> Path:
     (project / "wpkg" / "__init__.py").write_text("", encoding="utf-8")
     (project / "wpkg" / "server.py").write_text(SDK.read_text(encoding="utf-8"), encoding="utf-8")
     (project / ".env").write_text("TOKEN=hunter2\n", encoding="utf-8")
+    (project / "bin").mkdir()
+    wrapper = project / "bin" / "run-server"
+    wrapper.write_text(
+        f'#!/bin/sh\n# start it\n\nexec {sys.executable} -m wpkg.server "$@"\n', encoding="utf-8"
+    )
+    wrapper.chmod(0o755)
     return project
 
 
@@ -180,6 +192,12 @@ LAUNCHES = {
     },
     "sh-exec": lambda p: {"command": "sh", "args": ["-c", f"exec {sys.executable} {p}/wpkg/server.py"]},
     "bash-module": lambda p: {"command": "bash", "args": ["-c", "'python' -m wpkg.server"], "cwd": str(p)},
+    "wrapper-relative": lambda p: {"command": "./bin/run-server", "cwd": str(p)},
+    "wrapper-on-path": lambda p: {
+        "command": "run-server",
+        "cwd": str(p),
+        "env": {"PATH": f"{p}/bin:/usr/bin:/bin"},
+    },
 }
 
 
@@ -189,7 +207,7 @@ LAUNCHES = {
 async def test_ordinary_launches_start_confined(tmp_path: Path, form: str) -> None:
     """Each launch form starts under the default sandbox and serves a call."""
     entry = {"name": "x", **LAUNCHES[form](_project(tmp_path)), "effects": READS, "connect_timeout_s": 30}
-    entry["env"] = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    entry.setdefault("env", {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     run = await _run(tmp_path, entry, CALLS[1])
     assert _said(run, "lookup", "value-of-a")
 
@@ -250,3 +268,38 @@ def test_module_in_cwd_reads_python_options(tmp_path: Path) -> None:
     assert module_in_cwd(["python", "-P", "-m", "pkg"], tmp_path) is None
     assert module_in_cwd(["python", "server.py", "-m", "pkg"], tmp_path) is None
     assert module_in_cwd(["python", "-m", "../pkg"], tmp_path) is None
+
+
+def test_a_wrapper_script_is_read_only_outside_what_the_server_writes(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    wrapper = project / "bin" / "run-server"
+    assert script_command(wrapper, [str(wrapper), "--port", "3"]) == [
+        sys.executable,
+        "-m",
+        "wpkg.server",
+        "--port",
+        "3",
+    ]
+    env = {"PATH": os.environ["PATH"]}
+    followed = resolve_launch([str(wrapper)], env=env, cwd=project)
+    assert followed.profile == "python" and (project / "wpkg").resolve() in followed.read_only
+    # The server writes its folder: the script there may be its own, so it is shown as it is.
+    kept = resolve_launch([str(wrapper)], env=env, cwd=project, writable=[project / "bin"])
+    assert kept.profile == "executable" and (project / "wpkg").resolve() not in kept.read_only
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        'cd /srv && exec python server.py "$@"',
+        "set -e\nexec python server.py",
+        'exec python "$1"',
+        "",
+    ],
+)
+def test_only_a_one_command_wrapper_is_followed(tmp_path: Path, body: str) -> None:
+    script = tmp_path / "wrapper"
+    script.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+    assert script_command(script, [str(script)]) is None
+    script.write_text("#!/usr/bin/python3\nexec python server.py\n", encoding="utf-8")
+    assert script_command(script, [str(script)]) is None

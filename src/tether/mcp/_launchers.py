@@ -27,7 +27,7 @@ from tether.mcp._runnable import (
     unrunnable,
     which,
 )
-from tether.mcp._wrapped import module_in_cwd, unwrapped
+from tether.mcp._wrapped import module_in_cwd, script_command, unwrapped
 
 __all__ = [
     "NEVER_SEEN",
@@ -165,9 +165,11 @@ def resolve_launch(
     protected: Iterable[Path] = (),
     network: bool = False,
     writable: Iterable[Path] = (),
+    depth: int = 0,
 ) -> Launch:
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``); a file it reads in a folder
-    of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files) names nothing it shows."""
+    of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files, a wrapper script) names nothing it
+    shows. ``depth``: wrappers followed so far."""
     guarded = [Path(p).resolve() for p in protected]
     wrote = [Path(w).resolve() for w in writable]
     argv = unwrapped(argv) or list(argv)  # a shell running one plain command: that command
@@ -180,6 +182,13 @@ def resolve_launch(
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
+    inner = (
+        script_command(exe, argv) if depth < 2 and not any(inside(exe.resolve(), w) for w in wrote) else None
+    )
+    if inner is not None:  # a wrapper of one command, outside what the server writes: that command
+        return resolve_launch(
+            inner, env=env, cwd=cwd, protected=guarded, network=network, writable=wrote, depth=depth + 1
+        )
     if (why := missing_interpreter(argv[0], interpreter)) is not None:
         return Launch("unknown", argv, problem=why)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):

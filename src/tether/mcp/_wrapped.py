@@ -5,6 +5,8 @@
   for it, as if it were the launch command (``unwrapped``). A script using anything a shell
   would read beyond words and quotes (variables, ``;``, ``&&``, pipes, redirections, globs,
   ``~``, assignments) is left as it is: only a shell could say what it runs.
+* A shell script of one plain command (a wrapper ``#!/bin/sh`` then ``exec python server.py
+  "$@"``) runs that command with the script's arguments (``script_command``).
 * ``python -m pkg.mod`` imports ``pkg`` from its working folder first (Python puts it at the
   head of ``sys.path``): that package (or ``pkg.py``) is what the launch names there, and is
   shown read-only, never the folder around it (``module_in_cwd``).
@@ -17,7 +19,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["module_in_cwd", "unwrapped"]
+__all__ = ["module_in_cwd", "script_command", "unwrapped"]
 
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 # Anything beyond words and quotes: a variable, a command list, a pipe, a redirection, a glob,
@@ -44,6 +46,33 @@ def unwrapped(argv: Sequence[str]) -> list[str] | None:
     if not words or words[0].startswith("-") or _ASSIGNMENT.match(words[0]):
         return None
     return words
+
+
+def script_command(script: Path, argv: Sequence[str]) -> list[str] | None:
+    """The command a ``#!`` shell script of one plain command line runs (its last word may be
+    ``"$@"``: the script's own arguments, ``argv[1:]``); ``None`` for any other file."""
+    try:
+        with script.open("rb") as f:
+            head = f.read(_MAX_SCRIPT + 1)
+    except OSError:
+        return None
+    if len(head) > _MAX_SCRIPT or not head.startswith(b"#!"):
+        return None
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    shell = lines[0][2:].split()
+    if not shell or Path(shell[-1] if Path(shell[0]).name == "env" else shell[0]).name not in _SHELLS:
+        return None
+    body = [line.strip() for line in lines[1:] if line.strip() and not line.strip().startswith("#")]
+    if len(body) != 1:
+        return None
+    line, passed = body[0], False
+    if line.endswith(' "$@"'):
+        line, passed = line[: -len(' "$@"')], True
+    words = unwrapped(["sh", "-c", line])
+    return None if words is None else [*words, *(argv[1:] if passed else [])]
+
+
+_MAX_SCRIPT = 4096
 
 
 def module_in_cwd(argv: Sequence[str], cwd: Path) -> Path | None:
