@@ -294,6 +294,7 @@ def test_a_wrapper_script_is_read_only_outside_what_the_server_writes(tmp_path: 
         'cd /srv && exec python server.py "$@"',
         "set -e\nexec python server.py",
         'exec python "$1"',
+        "exec python server.py\r",
         "",
     ],
 )

@@ -182,15 +182,14 @@ def resolve_launch(
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
-    inner = (
-        script_command(exe, argv) if depth < 2 and not any(inside(exe.resolve(), w) for w in wrote) else None
-    )
-    if inner is not None:  # a wrapper of one command, outside what the server writes: that command
+    if (why := missing_interpreter(argv[0], interpreter)) is not None:
+        return Launch("unknown", argv, problem=why)
+    runs = depth < 2 and unrunnable(argv[0], env, cwd) is None  # as the system would run it
+    if runs and not any(inside(exe.resolve(), w) for w in wrote) and (inner := script_command(exe, argv)):
+        # A wrapper of one command, outside what the server writes: confined as that command.
         return resolve_launch(
             inner, env=env, cwd=cwd, protected=guarded, network=network, writable=wrote, depth=depth + 1
         )
-    if (why := missing_interpreter(argv[0], interpreter)) is not None:
-        return Launch("unknown", argv, problem=why)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
         python = Launch("python", argv, _protected=guarded, _writable=wrote)
         return _python(python, exe, interpreter, env, cwd)

@@ -56,7 +56,7 @@ def script_command(script: Path, argv: Sequence[str]) -> list[str] | None:
             head = f.read(_MAX_SCRIPT + 1)
     except OSError:
         return None
-    if len(head) > _MAX_SCRIPT or not head.startswith(b"#!"):
+    if len(head) > _MAX_SCRIPT or not head.startswith(b"#!") or b"\r" in head:  # (a shell reads \r)
         return None
     lines = head.decode("utf-8", errors="replace").splitlines()
     shell = lines[0][2:].split()
