@@ -58,6 +58,7 @@ class ServerReview:
     warnings: list[str] = field(default_factory=list)  # e.g. running unconfined
     protocol: str | None = None
     invalid: dict[str, str] = field(default_factory=dict)  # listed tools left out as invalid -> why
+    unused: tuple[str, ...] = ()  # what the server declares that no run uses (prompts, resources, …)
 
     def summary(self) -> list[str]:
         """One screen about the server: what runs, how confined, what is flagged and why."""
@@ -85,6 +86,10 @@ class ServerReview:
         by_status = Counter(t.check.status for t in self.tools)
         counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none"
         lines.append(f"  tools: {len(self.tools)} listed ({counts})")
+        if self.unused:
+            lines.append(
+                f"  also declared, never used by tether (no run sees them): {', '.join(self.unused)}"
+            )
         for t in self.tools:
             if t.flagged:
                 lines.append(f"  FLAGGED {t.check.tool}: {', '.join(sorted({f.kind for f in t.findings}))}")
@@ -117,6 +122,7 @@ class ServerReview:
             ],
             "tools": [t.to_json() for t in self.tools],
             "invalid_tools": dict(self.invalid),
+            "unused_features": list(self.unused),
             "summary": self.summary(),
         }
 
@@ -165,6 +171,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             warnings=list(source.warnings),
             protocol=source.protocol_version,
             invalid=dict(source.listing.invalid),
+            unused=source.unused,
         )
 
 

@@ -27,6 +27,7 @@ from tether.mcp._runnable import (
     unrunnable,
     which,
 )
+from tether.mcp._wrapped import module_in_cwd, script_command, unwrapped
 
 __all__ = [
     "NEVER_SEEN",
@@ -164,12 +165,14 @@ def resolve_launch(
     protected: Iterable[Path] = (),
     network: bool = False,
     writable: Iterable[Path] = (),
+    depth: int = 0,
 ) -> Launch:
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``); a file it reads in a folder
-    of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files) names nothing it shows."""
+    of ``writable`` (a venv's ``pyvenv.cfg``, ``.pth`` files, a wrapper script) names nothing it
+    shows. ``depth``: wrappers followed so far."""
     guarded = [Path(p).resolve() for p in protected]
     wrote = [Path(w).resolve() for w in writable]
-    argv = list(argv)
+    argv = unwrapped(argv) or list(argv)  # a shell running one plain command: that command
     exe = which(argv[0], env, cwd)
     if exe is None:
         return Launch("unknown", argv, problem=not_found(argv[0]))
@@ -181,6 +184,12 @@ def resolve_launch(
     interpreter = _interpreter_of(exe)
     if (why := missing_interpreter(argv[0], interpreter)) is not None:
         return Launch("unknown", argv, problem=why)
+    runs = depth < 2 and unrunnable(argv[0], env, cwd) is None  # as the system would run it
+    if runs and not any(inside(exe.resolve(), w) for w in wrote) and (inner := script_command(exe, argv)):
+        # A wrapper of one command, outside what the server writes: confined as that command.
+        return resolve_launch(
+            inner, env=env, cwd=cwd, protected=guarded, network=network, writable=wrote, depth=depth + 1
+        )
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
         python = Launch("python", argv, _protected=guarded, _writable=wrote)
         return _python(python, exe, interpreter, env, cwd)
@@ -332,6 +341,8 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
     launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
     if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
         argv[0] = python_at
+        if (module := module_in_cwd(argv, cwd)) is not None:  # what -m imports from its folder
+            _show_module(launch, module)
         for i, arg in enumerate(argv[1:], start=1):
             if arg in ("-m", "-c"):
                 break
@@ -351,6 +362,19 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
         at = launch.show(script, f"bin/{script.name}")
     launch.argv = [python_at, at or str(script), *argv[1:]]
     return launch
+
+
+def _show_module(launch: Launch, module: Path) -> None:
+    """Show ``module`` (a package or a ``.py`` file) read-only by its own name in a folder of its
+    own, which heads the import path inside (as the working folder heads it outside)."""
+    folder = f"{MOUNT_ROOT}/module"
+    while folder in launch._names:
+        folder += "-"
+    launch._names.add(folder)
+    real = launch.follow(module)  # a link the server may have planted there is never followed
+    if real is not None and launch.show(real, "module", at=f"{folder}/{module.name}") is not None:
+        given = launch.env.get("PYTHONPATH")
+        launch.env["PYTHONPATH"] = os.pathsep.join([folder, *([given] if given else [])])
 
 
 def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:

@@ -300,10 +300,27 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     return streamable_http_client(source.url, http_client=http, max_sse_event_size=limit)
 
 
+# What a server may declare that the host serves: tools (tasks among them) and log messages.
+_SERVED = ("tools", "tasks", "logging")
+
+
+def unused_features(capabilities: Any) -> tuple[str, ...]:
+    """What the server declares (``prompts``, ``resources``, ``completions``, an experimental
+    or extension capability by its name) that no run uses: named at review, never served."""
+    declared = capabilities.model_dump(exclude_none=True) if capabilities is not None else {}
+    names = [k for k in declared if k not in _SERVED and k not in ("experimental", "extensions")]
+    for group in ("experimental", "extensions"):  # the server's own names: escaped, cut, at most 20
+        keys = sorted(declared.get(group) or {})
+        names += [f"{group} {str(key)[:64].encode('unicode_escape').decode('ascii')}" for key in keys[:20]]
+    return tuple(names)
+
+
 async def prepare(source: McpServerSource, client: Any) -> None:
     """Once connected: keep its instructions (for review only, cut as a definition is), list the
     tools and check them against the pins."""
     source.protocol_version = str(client.protocol_version)
+    with contextlib.suppress(Exception):
+        source.unused = unused_features(client.server_capabilities)
     with contextlib.suppress(Exception):
         text = client.instructions
         if isinstance(text, str) and len(text) > MAX_DEFINITION_CHARS:

@@ -68,6 +68,7 @@ class McpServerSource:
     unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
     instructions: str | None = None
     protocol_version: str | None = None
+    unused: tuple[str, ...] = ()  # what the server declares that the host never uses (for review)
     # MCP tasks outliving their call: parked in ``pauses`` (asked to live ``task_ttl_s``) or cancelled.
     pauses: Pauses | None = None
     long_tasks: Literal["pause", "cancel"] = "pause"

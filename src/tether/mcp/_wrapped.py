@@ -1,0 +1,100 @@
+"""What a confined launch runs when its command names it indirectly.
+
+* A shell given one plain command (``sh -c "exec python -m pkg.server --flag"``, as MCP client
+  configs write a launch that needs a shell's ``exec``) runs that command: confinement is planned
+  for it, as if it were the launch command (``unwrapped``). A script using anything a shell
+  would read beyond words and quotes (variables, ``;``, ``&&``, pipes, redirections, globs,
+  ``~``, assignments) is left as it is: only a shell could say what it runs.
+* A shell script of one plain command (a wrapper ``#!/bin/sh`` then ``exec python server.py
+  "$@"``) runs that command with the script's arguments (``script_command``).
+* ``python -m pkg.mod`` imports ``pkg`` from its working folder first (Python puts it at the
+  head of ``sys.path``): that package (or ``pkg.py``) is what the launch names there, and is
+  shown read-only, never the folder around it (``module_in_cwd``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["module_in_cwd", "script_command", "unwrapped"]
+
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
+# Anything beyond words and quotes: a variable, a command list, a pipe, a redirection, a glob,
+# a subshell, a comment, a home folder, an escape or a line break.
+_SHELL_SYNTAX = re.compile(r"[$`;&|<>(){}\[\]*?!#~\\\n\r]")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def unwrapped(argv: Sequence[str]) -> list[str] | None:
+    """The command ``sh -c SCRIPT`` runs when ``SCRIPT`` is one plain command (``exec`` or not);
+    ``None`` for any other launch."""
+    if len(argv) < 3 or Path(argv[0]).name not in _SHELLS or argv[1] != "-c":
+        return None
+    script = argv[2]
+    if _SHELL_SYNTAX.search(script):
+        return None
+    try:
+        words = shlex.split(script, posix=True)
+    except ValueError:
+        return None
+    if words[:1] == ["exec"]:
+        words = words[1:]
+    if not words or words[0].startswith("-") or _ASSIGNMENT.match(words[0]):
+        return None
+    return words
+
+
+def script_command(script: Path, argv: Sequence[str]) -> list[str] | None:
+    """The command a ``#!`` shell script of one plain command line runs (its last word may be
+    ``"$@"``: the script's own arguments, ``argv[1:]``); ``None`` for any other file."""
+    try:
+        with script.open("rb") as f:
+            head = f.read(_MAX_SCRIPT + 1)
+    except OSError:
+        return None
+    if len(head) > _MAX_SCRIPT or not head.startswith(b"#!") or b"\r" in head:  # (a shell reads \r)
+        return None
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    shell = lines[0][2:].split()
+    if not shell or Path(shell[-1] if Path(shell[0]).name == "env" else shell[0]).name not in _SHELLS:
+        return None
+    body = [line.strip() for line in lines[1:] if line.strip() and not line.strip().startswith("#")]
+    if len(body) != 1:
+        return None
+    line, passed = body[0], False
+    if line.endswith(' "$@"'):
+        line, passed = line[: -len(' "$@"')], True
+    words = unwrapped(["sh", "-c", line])
+    return None if words is None else [*words, *(argv[1:] if passed else [])]
+
+
+_MAX_SCRIPT = 4096
+
+
+def module_in_cwd(argv: Sequence[str], cwd: Path) -> Path | None:
+    """The package (or module file) in ``cwd`` that ``python [options] -m NAME`` imports first;
+    ``None`` when the launch is no ``-m`` run, isolates the path (``-I``, ``-P``) or ``cwd``
+    holds no such package."""
+    i, name = 1, None
+    while i < len(argv) - 1 and name is None:
+        arg = argv[i]
+        if arg == "-m":
+            name = argv[i + 1]
+        elif not arg.startswith("-") or arg in ("-c", "--"):
+            return None
+        elif not arg.startswith("--") and ("I" in arg or "P" in arg):
+            return None  # -I / -P: the working folder is not on the import path
+        i += 2 if arg in ("-X", "-W") else 1
+    if name is None:
+        return None
+    if not _MODULE.match(name):
+        return None
+    top = name.split(".")[0]
+    for candidate in (cwd / top, cwd / f"{top}.py"):
+        if candidate.is_dir() or candidate.is_file():
+            return candidate
+    return None
