@@ -119,16 +119,27 @@ def paid_before(
     a call that failed after it reached its tool included (it may have paid before it failed:
     paying again needs a reviewer), and those of the runs of the request before it (``history``:
     a parent's, a subagent's, an earlier workflow node's) and of the call's own model turn before
-    it, each tool's read by its rules however they name it (``rules_of``). A figure that is no
-    number counts as unbounded."""
+    it, each tool's read by its rules however they name it (``rules_of``). An amount a call left
+    out is its tool's default (``defaults_of``: learned as its calls are checked; else read from
+    the host's catalog, ``spec_of``: a run resumed in another process counts what its calls before
+    the pause paid by default). A figure that is no number counts as unbounded."""
     total = 0.0
     for record in calls_before(call.state, call.call_id, call.tools):
         rules = rules_of(record.tool)
         if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
             continue
-        arguments = with_defaults(record.arguments, defaults_of(record.tool))
+        defaults = defaults_of(record.tool) or _schema_defaults(rules, call.tools, record.tool)
+        arguments = with_defaults(record.arguments, defaults)
         total += sum(paid(arguments.get(r.argument)) for r in rules.cumulative_amounts)
     return total
+
+
+def _schema_defaults(rules: ToolRules, catalog: Any, tool: str) -> dict[str, Any]:
+    """The defaults of ``tool``'s amount arguments as its schema in the host's ``catalog`` states
+    them (``amount_defaults``); none where the catalog does not know the tool."""
+    spec = getattr(catalog, "spec_of", lambda _: None)(tool)
+    parameters = getattr(spec, "parameters", None)
+    return amount_defaults(rules, inline_refs(parameters)) if isinstance(parameters, Mapping) else {}
 
 
 def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: ArgumentRule) -> float:
