@@ -16,7 +16,12 @@ to one call, what a resumed run counts of what ran before its pause.
    where the policy had learnt that default in this process (by checking a call of that tool);
    resumed in another process, a top-up made by its default 50 counted nothing, and a second
    top-up through the other paying tool ran past the bound. Now the default is read from the
-   host's catalog when it has not been learnt.
+   host's catalog when it has not been learnt;
+3. **a payment paused for a person's answer, run again once resumed**: a bank that asks a
+   question mid-call pauses the run (its server is told to cancel); resumed, the call runs again
+   under its id, and the policy judged it with its own paused attempt already paid, so the user's
+   own deposit of 200 under a bound of 200 needed a reviewer. The paused attempt and its run
+   again are one payment, counted once: a second deposit afterwards still needs a reviewer.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run unreviewed) AND that the legitimate version
@@ -35,6 +40,7 @@ from test_provenance_round6 import CTX, FRIEND, HOTEL_IBAN, RULES, TRUST, World
 from tether import Agent, Effect, Host, tool
 from tether.core.messages import AssistantMessage, ToolMessage
 from tether.core.types import ToolCall
+from tether.mcp._calling import InputPending
 from tether.models._base import ModelRequest, ModelResponse, unique_call_ids
 from tether.policy._approvals import Approvals, Reviewer
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
@@ -115,7 +121,7 @@ async def test_two_deposits_under_their_own_ids_within_the_bound_both_run() -> N
         agent = Agent("act", _turns([_pay(120.0, "a"), _pay(80.0, "b")]))
         result = await host.run(agent, REQUEST, context=CTX)
     assert str(result.stop_reason) == "accepted" and not _refused_ids(result.events)
-    assert [a["amount"] for _, a in world.received] == [120.0, 80.0]
+    assert sorted(a["amount"] for _, a in world.received) == [80.0, 120.0]  # run side by side
 
 
 async def test_two_deposits_under_their_own_ids_past_the_bound_wait_for_a_person() -> None:
@@ -241,3 +247,48 @@ async def test_the_rest_of_a_top_up_still_runs_after_a_restart(tmp_path: Path) -
     request = f"Top up my card {CARD} with 100 EUR."
     received, stop = await _topped_up_across_a_restart(tmp_path, request, 50.0)
     assert received == [("top_up", 50.0), ("top_up_exact", 50.0)] and stop == "accepted"
+
+
+# -- 3. a payment paused for the bank's question, run again once resumed ------------------------------
+
+
+class Asking(World):
+    """A bank that asks a question (``InputPending``: nobody can answer now, the host tells it to
+    cancel) the first time it is asked to pay, then pays."""
+
+    asked = False
+
+    @tool(effect=Effect.PURCHASE)
+    def pay_deposit(
+        self,
+        recipient: Annotated[str, Field(description="Account of the hotel.")],
+        amount: Annotated[float, Field(description="Amount in EUR.")],
+    ) -> str:
+        """Pay a hotel's deposit."""
+        if not self.asked:
+            self.asked = True
+            raise InputPending("Confirm the payee?", pause_id="bank-question-1")
+        self.received.append(("pay_deposit", {"recipient": recipient, "amount": amount}))
+        return "paid"
+
+
+async def _paused_by_the_bank(tmp_path: Path, *later: list[ToolCall]) -> tuple[list[Any], str, list[str]]:
+    """The run pays the deposit; the bank's question pauses it; resumed, the call runs again, then
+    the run proposes ``later``. What was paid, the resumed run's stop and what waits for a person."""
+    world, approvals = Asking(account=HOTEL_IBAN), Approvals(SqliteApprovalStore(tmp_path / "a.db"))
+    agent = Agent("act", _turns([_pay(200.0)], *later))
+    async with _host(world, approvals=approvals) as host:
+        first = await host.run(agent, REQUEST, context=CTX)
+        assert str(first.stop_reason) == "approval_required" and world.received == []
+        result = await host.resume(agent, first.run_id)
+        waiting = [(await approvals.get(p)).tool for p in result.pending_proposals]
+    return [a["amount"] for _, a in world.received], str(result.stop_reason), waiting
+
+
+async def test_the_users_deposit_paused_for_the_banks_question_runs_once_resumed(tmp_path: Path) -> None:
+    assert await _paused_by_the_bank(tmp_path) == ([200.0], "accepted", [])
+
+
+async def test_a_deposit_paused_then_run_again_still_counts_once(tmp_path: Path) -> None:
+    paid, stop, waiting = await _paused_by_the_bank(tmp_path, [_pay(200.0)])
+    assert paid == [200.0] and stop == "approval_required" and waiting == ["pay_deposit"]
