@@ -32,7 +32,9 @@ from tether.chokepoint._calls import (
     record_denial,
     record_observation,
     record_rejection,
+    refuse_shared,
     settle,
+    shared_ids,
 )
 from tether.chokepoint._effects import run_effect
 from tether.chokepoint._index import Index, index_offers, listing_version, relisted
@@ -258,7 +260,8 @@ class HostCore:
     async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
         """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
         truncation, labels), trace and record."""
-        outcomes = [self.decide(call, scope) for call in calls]
+        shared = shared_ids(calls)  # a call id two calls of the turn give names neither: none runs
+        outcomes = [self.decide(c, scope) if c.id not in shared else refuse_shared(c, scope) for c in calls]
         if scope.proposals:
             outcomes = [
                 replace(o, proposal_id=scope.proposals[o.call.id])

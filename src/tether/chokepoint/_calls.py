@@ -47,7 +47,9 @@ __all__ = [
     "record_denial",
     "record_observation",
     "record_rejection",
+    "refuse_shared",
     "settle",
+    "shared_ids",
 ]
 
 Clock = Callable[[], datetime]
@@ -209,6 +211,29 @@ def record_rejection(tracer: Any, state: RunState, call: ToolCall, message: str)
     """A proposed call refused as malformed or unknown, before any policy."""
     data = {"error": "proposal_rejected", "message": message}
     _record_refused(tracer, state, call, EventKind.TOOL_ERROR, "rejected", message, **data)
+
+
+def shared_ids(calls: Sequence[ToolCall]) -> frozenset[str]:
+    """The ids that more than one of a turn's ``calls`` gives. Everything the host counts and
+    remembers of a call goes by its id: the turn-mates a cumulative bound adds up (those proposed
+    before it), the proposal an approval settles on (``find_for_call``), the effect ledger's key
+    and the result the model reads. Two calls under one id are one call to each of them, so two
+    payments each within a bound ran together past it, and one approval ran both."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for c in calls:
+        (shared if c.id in seen else seen).add(c.id)
+    return frozenset(shared)
+
+
+def refuse_shared(call: ToolCall, scope: CallScope) -> GateOutcome:
+    """A call whose id another call of its turn gives (``shared_ids``): refused before any policy
+    or approval sees it, traced and recorded as a rejected proposal; it never runs."""
+    proposed = {"call_id": call.id, "tool": call.name, "arguments": call.arguments[:2000]}
+    scope.tracer.emit(EventKind.TOOL_PROPOSED, **proposed)
+    message = f"duplicate_call_id: another call of this turn has the id {call.id[:200]!r}; none of them ran"
+    record_rejection(scope.tracer, scope.state, call, message)
+    return GateOutcome(call, "reject", error=message, error_reason="duplicate_call_id")
 
 
 def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:

@@ -289,13 +289,15 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
     the old id (its first characters, so the new one has at most ``MAX_CALL_ID`` characters) and
     a suffix: a call's result names the call it answers, and a provider refuses a conversation
     whose call ids repeat (Anthropic: "tool_use ids must be unique"), so the next request would
-    fail. ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same response when no id
+    fail. So is a call whose id an earlier call of the same answer has (``call_0`` twice): the
+    host refuses a turn's calls that share an id (``chokepoint._calls.shared_ids``).
+    ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same response when no id
     repeats (the usual case)."""
     calls = response.message.tool_calls
     if not calls:
         return response
     used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
-    if used.isdisjoint(c.id for c in calls):
+    if used.isdisjoint(c.id for c in calls) and len({c.id for c in calls}) == len(calls):
         return response
     renamed: list[list[str]] = []
     fresh: list[ToolCall] = []
@@ -303,6 +305,7 @@ def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> M
         if call.id in used:
             renamed.append([call.id, f"{call.id[: MAX_CALL_ID - 13]}_{uuid.uuid4().hex[:12]}"])
             call = replace(call, id=renamed[-1][1])
+        used.add(call.id)
         fresh.append(call)
     message = replace(response.message, tool_calls=tuple(fresh))
     return replace(response, message=message, meta={**response.meta, "call_ids_renamed": renamed})

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tether.policy._provenance import ProvenanceIndex
 
 __all__ = [
+    "PAUSED",
     "SEVERAL",
     "TOOLS_OWN",
     "amount_defaults",
@@ -119,16 +120,35 @@ def paid_before(
     a call that failed after it reached its tool included (it may have paid before it failed:
     paying again needs a reviewer), and those of the runs of the request before it (``history``:
     a parent's, a subagent's, an earlier workflow node's) and of the call's own model turn before
-    it, each tool's read by its rules however they name it (``rules_of``). A figure that is no
-    number counts as unbounded."""
+    it, each tool's read by its rules however they name it (``rules_of``). An amount a call left
+    out is its tool's default (``defaults_of``: learned as its calls are checked; else read from
+    the host's catalog, ``spec_of``: a run resumed in another process counts what its calls before
+    the pause paid by default). A call paused for a person's answer (``PAUSED``: its server was
+    told to cancel) is run again when its run resumes, under its id: that attempt and the call
+    run again are one payment, counted once (the user's own deposit, paused for the bank's
+    question, needed a reviewer once resumed). A figure that is no number counts as unbounded."""
     total = 0.0
-    for record in calls_before(call.state, call.call_id, call.tools):
+    records = calls_before(call.state, call.call_id, call.tools)
+    again = {(call.call_id, call.spec.name)}
+    again |= {(r.call_id, r.tool) for r in records if r.status in SENT and r.reason != PAUSED}
+    for record in records:
         rules = rules_of(record.tool)
         if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
             continue
-        arguments = with_defaults(record.arguments, defaults_of(record.tool))
+        if record.reason == PAUSED and (record.call_id, record.tool) in again:
+            continue  # a paused attempt run again: the run again counts (or is being judged)
+        defaults = defaults_of(record.tool) or _schema_defaults(rules, call.tools, record.tool)
+        arguments = with_defaults(record.arguments, defaults)
         total += sum(paid(arguments.get(r.argument)) for r in rules.cumulative_amounts)
     return total
+
+
+def _schema_defaults(rules: ToolRules, catalog: Any, tool: str) -> dict[str, Any]:
+    """The defaults of ``tool``'s amount arguments as its schema in the host's ``catalog`` states
+    them (``amount_defaults``); none where the catalog does not know the tool."""
+    spec = getattr(catalog, "spec_of", lambda _: None)(tool)
+    parameters = getattr(spec, "parameters", None)
+    return amount_defaults(rules, inline_refs(parameters)) if isinstance(parameters, Mapping) else {}
 
 
 def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: ArgumentRule) -> float:
@@ -141,6 +161,11 @@ def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: Arg
         else []
     )
     return sum(paid(arguments.get(r.argument)) for r in others)
+
+
+PAUSED = "input_pending"
+"""The error kind of a call paused for a person's answer (``mcp._calling.InputPending``): the
+host told its server to cancel and runs the call again, under its id, when the run resumes."""
 
 
 TOOLS_OWN = "the tool's own"
