@@ -110,12 +110,13 @@ async def test_a_listing_of_more_tools_than_the_host_takes_fails_that_server_at_
 
 @pytest.mark.parametrize(
     ("mode", "said"),
-    [("surrogate", "lone leading surrogate"), ("huge_note", "value-of-b")],
+    # (a lone surrogate is read as U+FFFD since wild round 32, as the TypeScript SDK reads it)
+    [("surrogate", "value-of-b \ufffd end"), ("huge_note", "value-of-b")],
 )
 async def test_lone_surrogates_and_a_huge_nested_notification_are_contained(
     tmp_path: Path, pins: Path, mode: str, said: str
 ) -> None:
-    """Held already (a guard, not a fix): text with lone surrogates fails its call, named; a 5 MB
+    """Held already (a guard, not a fix): a lone surrogate never reaches the model as itself; a 5 MB
     log notification nested 200 deep is dropped or logged, and the call answers."""
     config = write_config(tmp_path, [w4("x", mode), w4("ok")], pins_from=pins)
     run = await run_question(config, "Q", _steps("a", "b", "ok:c"))
