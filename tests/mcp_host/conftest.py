@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -288,3 +289,17 @@ def npx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
 def uvx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
     """``uvx mcp-server-time --help`` run once: the package in uv's cache."""
     once(tmp_path_factory, "uvx-time")
+
+
+def processes_mentioning(text: str) -> set[int]:
+    """Processes (not this one) whose command line mentions ``text``: a server given a test's
+    folder, to see that none is left behind."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    out.add(int(entry.name))
+            except OSError:
+                continue
+    return out

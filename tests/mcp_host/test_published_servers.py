@@ -30,7 +30,7 @@ from tether.runs._values import Agent
 from tether.testing import FunctionModel
 from tether.trace._tracer import read_trace
 
-from .conftest import approve, script, write_config
+from .conftest import approve, processes_mentioning, script, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -59,26 +59,13 @@ def _children() -> set[int]:
     return out
 
 
-def _mentioning(text: str) -> set[int]:
-    """Processes whose command line mentions ``text`` (a server given a test's folder)."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    out.add(int(entry.name))
-            except OSError:
-                continue
-    return out
-
-
 async def _run(config: McpConfig, *steps: tuple[str, dict[str, Any]] | str, **kw: Any) -> Any:
     """One run of the scripted steps; no server process is left behind (neither a child of this
     process nor a process given the test's folder, such as the server inside bwrap)."""
     before = _children()
     run = await run_question(config, "Q", script(*steps), **kw)
     assert _children() <= before, "a server process outlived the host"
-    assert not _mentioning(str(config.base_dir)), "a server process outlived the host"
+    assert not processes_mentioning(str(config.base_dir)), "a server process outlived the host"
     return run
 
 

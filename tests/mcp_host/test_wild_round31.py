@@ -19,7 +19,6 @@ writable), its write paused until a person approves it, then landing in the file
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,25 +33,12 @@ from tether.mcp._config import McpConfig
 from tether.mcphost._runner import run_question
 from tether.policy import Approvals, SqliteApprovalStore
 
-from .conftest import approve, script, write_config
+from .conftest import approve, processes_mentioning, script, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.npm]
 
 FS_READS = {t: "read" for t in ("read_text_file", "list_directory", "list_allowed_directories")}
 SECRET = "outside secret 31"
-
-
-def _alive(text: str) -> set[int]:
-    """Processes whose command line mentions ``text`` (a server given the test's folder)."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    out.add(int(entry.name))
-            except OSError:
-                continue
-    return out
 
 
 def _folders(tmp_path: Path) -> tuple[Path, Path]:
@@ -73,7 +59,7 @@ def _config(tmp_path: Path, npm_servers: Path, data: Path, **extra: Any) -> McpC
 
 async def _run(config: McpConfig, *steps: tuple[str, dict[str, Any]] | str, **kw: Any) -> Any:
     run = await run_question(config, "Q", script(*steps), **kw)
-    assert not _alive(str(config.base_dir)), "a server process outlived the host"
+    assert not processes_mentioning(str(config.base_dir)), "a server process outlived the host"
     return run
 
 
@@ -172,7 +158,7 @@ def test_the_memory_server_by_npx_from_the_command_line_alone(
     assert main(["mcp", "run", "Q", "--config", config, "--script", str(steps), "--db", db, "--json"]) == 5
     paused = _said(capsys)
     assert paused["stop_reason"] == "approval_required" and not (store / "graph.jsonl").exists()
-    assert not _alive(str(tmp_path)), "a server process outlived the host"
+    assert not processes_mentioning(str(tmp_path)), "a server process outlived the host"
     assert main(["approvals", "--db", db, "list", "--json"]) == 0
     (pending,) = _said(capsys)["proposals"]
     assert pending["tool"] == "memory__create_entities"
@@ -182,7 +168,7 @@ def test_the_memory_server_by_npx_from_the_command_line_alone(
     done = _said(capsys)
     assert done["stop_reason"] == "accepted" and [c["status"] for c in done["calls"]] == ["ok"] * 3
     assert '"name":"Ada"' in (store / "graph.jsonl").read_text(encoding="utf-8")
-    assert not _alive(str(tmp_path)), "a server process outlived the host"
+    assert not processes_mentioning(str(tmp_path)), "a server process outlived the host"
 
 
 @pytest.mark.pypi

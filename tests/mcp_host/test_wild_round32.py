@@ -22,7 +22,6 @@ and ignores ``SIGTERM`` ends its run at the run's deadline, and no process of it
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
@@ -38,7 +37,7 @@ from tether.mcp._framing import well_formed
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
-from .conftest import approve, honest_server, script, web_server, write_config
+from .conftest import approve, honest_server, processes_mentioning, script, web_server, write_config
 from .wild32_web import app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
@@ -221,18 +220,5 @@ async def test_a_server_ignoring_sigterm_and_never_answering_ends_at_the_deadlin
         )
     assert run.result.stop_reason is StopReason.DEADLINE
     with anyio.fail_after(20):
-        while _alive(marker):
+        while processes_mentioning(marker):
             await anyio.sleep(0.1)
-
-
-def _alive(text: str) -> set[int]:
-    """Processes whose command line mentions ``text``."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    out.add(int(entry.name))
-            except OSError:
-                continue
-    return out
