@@ -11,19 +11,9 @@ class CliAudit:
     it, appends and closes; with no database there (or no console extra) nothing is kept but the
     approval store's own history of the decision."""
 
-    def audit(
-        self,
-        actor: str,
-        action: str,
-        *,
-        tenant: str = "",
-        target: str = "",
-        content_hash: str = "",
-        outcome: str = "ok",
-        detail: str = "",
-    ) -> None:
-        fields = {"tenant": tenant, "target": target, "content_hash": content_hash, "detail": detail}
-        self._write("audit", actor, action, outcome=outcome, **fields)
+    def audit(self, actor: str, action: str, **fields: str) -> None:
+        """``UserStore.audit``'s entry (its fields and defaults), from ``client`` ``cli``."""
+        self._write("audit", actor, action, **fields)
 
     def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
         self._write("refused", actor, action, err, **fields)
