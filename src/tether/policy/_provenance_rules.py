@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +65,14 @@ from tether.policy._provenance_paid import (
     paid_in,
     parties_of,
 )
-from tether.policy._provenance_run import ERROR, index_for, make_labeler, observation_segments
+from tether.policy._provenance_run import (
+    ERROR,
+    RunIndex,
+    index_for,
+    make_labeler,
+    observation_segments,
+    writes_per_rules,
+)
 from tether.policy._provenance_schema import inline_refs
 from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for, shown, unfolded
 from tether.policy._provenance_times import at_stated_time
@@ -146,7 +152,10 @@ class ProvenanceRules:
         self.config = config
         self.directory = directory if isinstance(directory, Directory) else Directory(directory)
         self.own = list(own)
-        self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
+        writes = writes_per_rules(self.tools)
+        self._index = RunIndex(
+            lambda state: index_for(state, self.config, self.directory, self.own, writes, self._targets)
+        )
         self._remote: dict[str, str] = {}  # the host's name of each tool checked: its source's
         self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: amount and option defaults
 
@@ -167,31 +176,10 @@ class ProvenanceRules:
         its calls are checked): what its earlier calls paid where they left them out."""
         return self._defaults.get(tool, {})
 
-    def _writes(self, tool: str) -> bool:
-        """Whether ``tool`` stores what it is given: any tool not declared as a read."""
-        rules = self.tools.get(tool)
-        return rules is None or rules.effect != "read"
-
     def _targets(self, tool: str) -> list[str]:
         """The arguments of ``tool`` that name the record it acts on (``role: target``)."""
         rules = self._rules_of(tool)
         return [a for a, rule in rules.arguments.items() if rule.role == "target"] if rules else []
-
-    def _index(self, state: Any) -> ProvenanceIndex:
-        # Rebuilt when the run or its observations change; the run is held weakly so a new
-        # run that happens to reuse an old one's id() can never see a stale index.
-        n = len(getattr(state, "observations", []) or []) + len(
-            getattr(state, "inherited_observations", []) or []
-        )
-        if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
-            return self._cache[2]
-        index = index_for(state, self.config, self.directory, self.own, self._writes, self._targets)
-        try:
-            ref: Callable[[], Any] = weakref.ref(state)
-        except TypeError:  # not weak-referenceable (None, a plain dict): do not cache
-            return index
-        self._cache = (ref, n, index)
-        return index
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec

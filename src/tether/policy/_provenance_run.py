@@ -9,14 +9,17 @@ the index are in ``_provenance_rules``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from tether.core.types import CallRecord
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_declarations import ToolRules
 from tether.policy._provenance_decoding import decoded
 from tether.policy._provenance_labels import (
     ERROR,
@@ -38,6 +41,7 @@ __all__ = [
     "REACHED",
     "RECALLED",
     "SENT",
+    "RunIndex",
     "calls_before",
     "history",
     "index_for",
@@ -45,6 +49,7 @@ __all__ = [
     "make_labeler",
     "observation_segments",
     "recalled_segments",
+    "writes_per_rules",
 ]
 
 
@@ -236,6 +241,42 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+# What of a run grows as it goes and changes its index (``history``: inherited, then its own).
+_GROWING = ("inherited_observations", "observations", "inherited_calls", "calls")
+
+
+class RunIndex:
+    """A rule's provenance index of the run it checks (``build``: ``index_for`` as the rule
+    calls it), built again for another run or when its history (``_GROWING``) has grown. The run
+    is held weakly: a new run that reuses an old one's ``id()`` never sees a stale index; one that
+    cannot be (None, a plain dict) is never kept."""
+
+    def __init__(self, build: Callable[[Any], ProvenanceIndex]) -> None:
+        self._build = build
+        self._kept: tuple[Callable[[], Any], tuple[int, ...], ProvenanceIndex] | None = None
+
+    def __call__(self, state: Any) -> ProvenanceIndex:
+        sizes = tuple(len(getattr(state, name, None) or []) for name in _GROWING)
+        kept = self._kept
+        if kept is not None and kept[0]() is state and kept[1] == sizes:
+            return kept[2]
+        index = self._build(state)
+        with contextlib.suppress(TypeError):
+            self._kept = (weakref.ref(state), sizes, index)
+        return index
+
+
+def writes_per_rules(tools: Mapping[str, ToolRules]) -> Callable[[str], bool]:
+    """``index_for``'s ``writes`` for declared ``tools``: whether a tool stores what it is given
+    (any tool not declared as a read)."""
+
+    def writes(tool: str) -> bool:
+        rules = tools.get(tool)
+        return rules is None or rules.effect != "read"
+
+    return writes
 
 
 def _writes(

@@ -60,7 +60,6 @@ parts share. Dates, amounts, options, links inside content and confidential flow
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -90,6 +89,7 @@ from tether.policy._provenance_rules import (
     make_labeler,
     observation_segments,
 )
+from tether.policy._provenance_run import RunIndex, writes_per_rules
 from tether.policy._provenance_values import find_handles, find_links
 from tether.policy._rules import Decision, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -416,18 +416,13 @@ class ReferenceRule:
         self.references = references
         self.tools = dict(tools)
         self.directory = directory if isinstance(directory, Directory) else Directory(directory)
-        self._cache: tuple[Callable[[], Any], int, int, ProvenanceIndex] | None = None
+        writes = writes_per_rules(self.tools)
 
-    def _index(self, state: Any) -> ProvenanceIndex:
-        n = len(getattr(state, "observations", None) or [])
-        c = len(getattr(state, "calls", None) or [])
-        if self._cache is not None and self._cache[0]() is state and self._cache[1:3] == (n, c):
-            return self._cache[3]
-        refs = self.references
-        index = index_for(state, refs.config, self.directory, refs.own, self._writes)
-        with contextlib.suppress(TypeError):
-            self._cache = (weakref.ref(state), n, c, index)
-        return index
+        def build(state: Any) -> ProvenanceIndex:
+            refs = self.references
+            return index_for(state, refs.config, self.directory, refs.own, writes)
+
+        self._index = RunIndex(build)
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
@@ -468,11 +463,6 @@ class ReferenceRule:
             "unreferenced_origin",
             {"tool": spec.name, "problems": problems, "provenance": shown},
         )
-
-    def _writes(self, tool: str) -> bool:
-        """Whether ``tool`` stores what it is given: any tool not declared as a read."""
-        rules = self.tools.get(tool)
-        return rules is None or rules.effect != "read"
 
     def _classes(
         self, index: ProvenanceIndex, record: _Resolution, path: str, leaf: Any, rule: ArgumentRule
