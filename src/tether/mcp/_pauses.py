@@ -10,7 +10,6 @@ import json
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Row, select, update
@@ -18,7 +17,7 @@ from sqlalchemy import Connection, Row, select, update
 from tether.errors import ApprovalError
 from tether.sql._database import SqlStore
 from tether.sql._tables import elicitation_pauses as T
-from tether.sql._tables import insertion_order, lock
+from tether.sql._tables import insertion_order, lock, seconds_now
 
 __all__ = ["Pause", "PauseStore", "Pauses", "question_key", "task_key"]
 
@@ -63,10 +62,6 @@ class Pause:
 _COLUMNS = [T.c[f.name] for f in fields(Pause)]
 
 
-def _stamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
 def _pause(row: Row[Any]) -> Pause:
     answer = json.loads(row.answer) if row.answer else None
     parsed = {"arguments": json.loads(row.arguments), "schema": json.loads(row.schema), "answer": answer}
@@ -97,7 +92,7 @@ def _insert(
     conn.execute(
         T.insert().values(
             id=pid,
-            created_at=_stamp(),
+            created_at=seconds_now(),
             run_id=run_id,
             server=server,
             tool=tool,
@@ -124,7 +119,7 @@ def _answer(
     count = conn.execute(
         update(T)
         .where(T.c.id == pause_id, T.c.status == "pending")
-        .values(status="answered", action=action, answer=answer, answered_by=actor, answered_at=_stamp())
+        .values(status="answered", action=action, answer=answer, answered_by=actor, answered_at=seconds_now())
     ).rowcount
     current = _get(conn, pause_id)
     if not count:

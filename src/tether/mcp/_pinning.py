@@ -11,7 +11,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, select
@@ -19,7 +18,7 @@ from sqlalchemy import Connection, select
 from tether.sql._database import SqlStore
 from tether.sql._tables import pin_history as H
 from tether.sql._tables import pins as T
-from tether.sql._tables import upsert
+from tether.sql._tables import seconds_now, upsert
 
 __all__ = [
     "Pin",
@@ -130,10 +129,6 @@ def check_listing(
     return sorted(out, key=lambda c: c.tool)
 
 
-def _stamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
 def _pins(conn: Connection, server: str) -> dict[str, Pin]:
     rows = conn.execute(select(T).where(T.c.server == server))
     return {
@@ -147,7 +142,7 @@ def _pins(conn: Connection, server: str) -> dict[str, Pin]:
 def _approve(
     conn: Connection, server: str, checks: tuple[ToolCheck, ...], endpoint: str, actor: str
 ) -> list[str]:
-    now = _stamp()
+    now = seconds_now()
     for c in checks:
         insert = upsert(conn, T).values(
             server=server,

@@ -49,6 +49,11 @@ def utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def seconds_now() -> str:
+    """Now as the MCP tables' text timestamps hold it (pins, pauses): ISO-8601 in UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 class Instant(TypeDecorator[datetime]):
     """A timezone-aware instant: ``TIMESTAMPTZ`` on PostgreSQL, ISO-8601 text in UTC (with
     microseconds) on SQLite, which sorts as the instants do. Naive values are refused."""
