@@ -152,15 +152,15 @@ def test_a_proposal_decided_meanwhile_is_a_refusal_audited_and_the_cancel_goes_o
     """Attack on the window: a proposal denied between the listing and the cancel's decision is not
     flipped; the cancel's attempt is audited as refused, the rest is closed."""
     first, second = run.pids
-    real = Approvals.invalidate
+    real = Approvals.decided
 
-    async def raced(self: Approvals, authority: Any, proposal_id: str, **kw: Any) -> Any:
-        if proposal_id == first:
-            await real(self, Reviewer.for_all_tenants("rita"), first, reason="meanwhile")
-        return await real(self, authority, proposal_id, **kw)
+    async def raced(self: Approvals, reviewer: Any, action: str, proposal_id: str, *rest: Any) -> Any:
+        if proposal_id == first:  # another reviewer's decision lands first
+            await real(self, Reviewer.for_all_tenants("rita"), "invalidate", first, "meanwhile")
+        return await real(self, reviewer, action, proposal_id, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Approvals, "invalidate", raced)
+        mp.setattr(Approvals, "decided", raced)
         assert _cancel(run) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["proposals_invalidated"] == [second]
     assert blocking(run.store.get_proposal, first).decision_reason == "meanwhile"
