@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,88 @@ def test_a_library_denial_with_no_log_still_follows_the_shared_rules(desk: Simpl
     assert str(blocking(desk.bare.deny, ANA, pid, reason="  not asked for ").status) == "denied"
     done = blocking(desk.store.get_proposal, pid)
     assert (done.decided_by, done.decision_reason) == ("reviewer:ana", "not asked for")
+
+
+class _CrashAfterCommit:
+    """An audit log whose write never lands: the process dies between the store's commit and the
+    log's entry (``audit`` raises), the window round 42 left."""
+
+    def __init__(self) -> None:
+        self.refusals: list[str] = []
+
+    def audit(self, actor: str, action: str, **fields: str) -> None:
+        raise SystemExit("killed between the decision and its audit entry")
+
+    def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
+        self.refusals.append(action)
+
+
+def test_a_crash_after_the_decision_leaves_its_audit_record_written_with_it(desk: SimpleNamespace) -> None:
+    """The decision's history entry, written in the decision's own transaction, names who acted as
+    the audit log does (``cli:ana``, ``token:ana/<id>``), why and when: a crash before the log's
+    copy leaves the record it is derived from, never a decision of no one's."""
+    from tether.policy._decisions import HumanDecision, decide_proposal
+
+    pid = _add(desk.store, "c")
+    decision = HumanDecision("deny", pid, "not asked for")
+    with pytest.raises(SystemExit):
+        blocking(decide_proposal, desk.bare, ANA, decision, actor="token:ana/t-42", audit=_CrashAfterCommit())
+    done = blocking(desk.store.get_proposal, pid)
+    assert (str(done.status), done.decided_by) == ("denied", "reviewer:ana")  # the authority
+    [event] = [e for e in blocking(desk.store.events, pid) if e.op == "denied"]
+    assert (event.actor, event.detail, event.at) == ("token:ana/t-42", "not asked for", done.decided_at)
+
+
+def test_the_store_decides_nothing_without_who_as_audited(desk: SimpleNamespace) -> None:
+    """Attack: a library caller writes a decision straight into the store naming no one."""
+    from datetime import UTC, datetime
+
+    from tether.policy._store import ProposalStatus
+
+    pid = _add(desk.store, "s")
+    pending = frozenset({ProposalStatus.PENDING})
+    for nobody in ("", "   "):
+        with pytest.raises(ApprovalError) as refused:
+            blocking(
+                desk.store.decide, pid, ProposalStatus.APPROVED, allowed_from=pending, actor="r",
+                audited_as=nobody, reason="", now=datetime.now(UTC),
+            )  # fmt: skip
+        assert refused.value.reason == "bad_request"
+    with pytest.raises(TypeError):
+        blocking(
+            desk.store.decide, pid, ProposalStatus.APPROVED, allowed_from=pending, actor="r", reason="",
+            now=datetime.now(UTC),
+        )  # fmt: skip
+    assert _status(desk, pid) == "pending"
+    # Legitimate: named, it is decided, and its history says by whom.
+    blocking(
+        desk.store.decide, pid, ProposalStatus.APPROVED, allowed_from=pending, actor="r",
+        audited_as="cli:ana", reason="", now=datetime.now(UTC),
+    )  # fmt: skip
+    assert blocking(desk.store.events, pid)[-1].actor == "cli:ana"
+
+
+def test_a_store_written_to_the_older_protocol_is_refused_at_wiring() -> None:
+    """A store whose ``decide`` does not take ``audited_as`` would decide without the record: it is
+    refused when the ``Approvals`` is built, naming what it lacks."""
+
+    class Older(MemoryApprovalStore):
+        async def decide(  # type: ignore[override]
+            self, proposal_id: str, to: Any, *, allowed_from: Any, actor: str, reason: str, now: Any
+        ) -> Any:
+            return await super().decide(
+                proposal_id,
+                to,
+                allowed_from=allowed_from,
+                actor=actor,
+                audited_as=actor,
+                reason=reason,
+                now=now,
+            )
+
+    older = Older()
+    try:
+        with pytest.raises(TypeError, match=r"decide\(audited_as="):
+            Approvals(older)
+    finally:
+        older.close()

@@ -284,7 +284,7 @@ class Approvals:
         return await decide_proposal(self, reviewer, decision, actor=actor, audit=self.audit)
 
     async def decided(
-        self, reviewer: Reviewer, action: str, proposal_id: str, reason: str, seen: _Seen = None
+        self, reviewer: Reviewer, action: str, proposal_id: str, reason: str, seen: _Seen, audited_as: str
     ) -> StoredProposal:
         """The store's write of a decision ``decide_proposal`` checked (its one caller): one
         conditional update, the reviewer's tenants, the proposal still pending (or approved, to
@@ -292,7 +292,7 @@ class Approvals:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
         if action not in ("approve", "deny"):
-            return await self._revoke(reviewer, proposal_id, reason)
+            return await self._revoke(reviewer, proposal_id, reason, audited_as)
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
         approve = action == "approve"
         p = await (self.get(proposal_id) if approve else self.stored(proposal_id))
@@ -306,6 +306,7 @@ class Approvals:
             allowed_from=frozenset({ProposalStatus.PENDING}),
             reason=reason,
             actor=f"reviewer:{reviewer.name}",
+            audited_as=audited_as,
             now=self.clock(),
             unchanged=p if approve else None,
         )
@@ -321,7 +322,7 @@ class Approvals:
         return await self._revoke(authority, proposal_id, reason)
 
     async def _revoke(
-        self, authority: TrustedContext | Reviewer, proposal_id: str, reason: str
+        self, authority: TrustedContext | Reviewer, proposal_id: str, reason: str, audited_as: str = ""
     ) -> StoredProposal:
         if isinstance(authority, TrustedContext):
             await self._for_tenant(proposal_id, authority.tenant)
@@ -337,6 +338,7 @@ class Approvals:
             proposal_id,
             ProposalStatus.INVALIDATED,
             actor=actor,
+            audited_as=audited_as or actor,
             reason=reason,
             now=self.clock(),
             allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),

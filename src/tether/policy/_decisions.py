@@ -87,7 +87,7 @@ async def decide_proposal(
             raise ApprovalError("unknown_proposal", f"no proposal {decision.proposal_id!r}")
         tenant = found.tenant
         reason = _checked(decision, found, require_hash)
-        done = await _apply(approvals, reviewer, decision, reason)
+        done = await _apply(approvals, reviewer, decision, reason, actor)
     except ApprovalError as err:
         if audit is not None:
             audit.refused(
@@ -125,13 +125,14 @@ def _checked(decision: HumanDecision, found: StoredProposal, require_hash: bool)
 
 
 async def _apply(
-    approvals: Approvals, reviewer: Reviewer, decision: HumanDecision, reason: str
+    approvals: Approvals, reviewer: Reviewer, decision: HumanDecision, reason: str, actor: str
 ) -> StoredProposal:
-    """The store's decision, in one conditional write (``Approvals.decided``)."""
+    """The store's decision, in one conditional write (``Approvals.decided``) that also writes its
+    history entry naming ``actor`` as the audit log does (who, when, why: one transaction)."""
     seen = None
     if decision.action == "approve":
         read = {k: decision.read[k] for k in ("effect", "tenant") if k in decision.read}
         seen = {"content_hash": decision.content_hash, **read}
     elif decision.action == "invalidate":
         reason = reason or "invalidated"
-    return await approvals.decided(reviewer, decision.action, decision.proposal_id, reason, seen)
+    return await approvals.decided(reviewer, decision.action, decision.proposal_id, reason, seen, actor)

@@ -201,6 +201,7 @@ class ProposalStore(Protocol):
         *,
         allowed_from: frozenset[ProposalStatus],
         actor: str,
+        audited_as: str,
         reason: str,
         now: datetime,
         unchanged: StoredProposal | None = None,
@@ -208,7 +209,10 @@ class ProposalStore(Protocol):
         """Move a proposal to ``to`` if its status is in ``allowed_from`` and, given ``unchanged``
         (the row as the caller read and verified it), its tenant, tool, arguments and content hash
         are still those, checked in the same atomic update; raises ``ApprovalError``
-        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise."""
+        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise. ``actor`` is
+        the authority (``decided_by``); the decision's history entry, written in the same
+        transaction, names who acted as the audit log does (``audited_as``: ``cli:ana``,
+        ``token:ana/<id>``): the record every audit entry of the decision is derived from."""
         ...
 
     async def add_event(
