@@ -140,6 +140,8 @@ def test_runs_cancel_is_audited_as_the_person_with_each_decision_it_makes(
             "reviewer:ana",
             "customer withdrew",
         )
+        last = blocking(run.store.events, pid)[-1]
+        assert (last.op, last.actor) == ("invalidated", "cli:ana")  # written with the decision
     # Legitimate: another run's proposal is untouched and still decided from the desk.
     assert str(blocking(run.store.get_proposal, run.other).status) == "pending"
     approved = blocking(Approvals(run.store).approve, Reviewer.for_all_tenants("rita"), run.other)
@@ -156,7 +158,9 @@ def test_a_proposal_decided_meanwhile_is_a_refusal_audited_and_the_cancel_goes_o
 
     async def raced(self: Approvals, reviewer: Any, action: str, proposal_id: str, *rest: Any) -> Any:
         if proposal_id == first:  # another reviewer's decision lands first
-            await real(self, Reviewer.for_all_tenants("rita"), "invalidate", first, "meanwhile")
+            await real(
+                self, Reviewer.for_all_tenants("rita"), "invalidate", first, "meanwhile", None, "cli:rita"
+            )
         return await real(self, reviewer, action, proposal_id, *rest)
 
     with pytest.MonkeyPatch.context() as mp:
