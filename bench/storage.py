@@ -65,7 +65,9 @@ def on_the_loop(store: SqliteApprovalStore) -> SqliteApprovalStore:
 async def submit_decide(store: SqliteApprovalStore, i: int) -> None:
     now = datetime.now(UTC)
     p = await store.add_proposal(NEW, now=now)
-    await store.decide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
+    await store.decide(
+        p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", audited_as="r", reason="", now=now
+    )
 
 
 async def sent() -> dict[str, Any]:

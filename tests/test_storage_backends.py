@@ -182,7 +182,8 @@ def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(p
             try:
                 blocking(
                     store.decide, proposal.id, ProposalStatus.APPROVED,
-                    allowed_from=frozenset({ProposalStatus.PENDING}), actor=f"r{i}", reason="", now=now,
+                    allowed_from=frozenset({ProposalStatus.PENDING}), actor=f"r{i}",
+                    audited_as=f"r{i}", reason="", now=now,
                 )  # fmt: skip
                 decisions.append("approved")
             except ApprovalError as err:

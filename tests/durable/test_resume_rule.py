@@ -31,7 +31,9 @@ def _propose(store: SqliteApprovalStore, run_id: str, call_id: str = "c1") -> st
 
 
 def _decide(store: SqliteApprovalStore, pid: str, to: ProposalStatus, reason: str = "") -> None:
-    blocking(store.decide, pid, to, allowed_from=PENDING, actor="rita", reason=reason, now=T0)
+    blocking(
+        store.decide, pid, to, allowed_from=PENDING, actor="rita", audited_as="rita", reason=reason, now=T0
+    )
 
 
 def _pause(store: SqliteApprovalStore, run_id: str, pending: list[str], at: datetime) -> None:

@@ -79,7 +79,14 @@ def _pause(store: Any, now: datetime) -> None:
 
 def _decide(store: Any, pid: str, now: datetime) -> None:
     blocking(
-        store.decide, pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=now
+        store.decide,
+        pid,
+        ProposalStatus.APPROVED,
+        allowed_from=PENDING,
+        actor="rita",
+        audited_as="rita",
+        reason="",
+        now=now,
     )
 
 

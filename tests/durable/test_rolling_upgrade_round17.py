@@ -171,7 +171,7 @@ def test_a_decision_on_a_store_a_later_release_contracted_since_it_was_opened_is
     def decide(pid: str) -> Any:
         return blocking(
             store.decide, pid, ProposalStatus.APPROVED, allowed_from=pending, actor="rita", reason="",
-            now=datetime.now(UTC),
+            audited_as="rita", now=datetime.now(UTC),
         )  # fmt: skip
 
     try:

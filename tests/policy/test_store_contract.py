@@ -108,7 +108,7 @@ async def test_a_listing_is_chosen_by_tenant_and_cut_to_the_newest_by_the_query(
     assert [p.id for p in await store.list_proposals(newest=10)] == [p.id for p in made]
     await store.decide(
         made[4].id, ProposalStatus.DENIED, allowed_from=frozenset({ProposalStatus.PENDING}),
-        actor="r", reason="no", now=LATER,
+        actor="r", audited_as="r", reason="no", now=LATER,
     )  # fmt: skip
     pending = await store.list_proposals(status=ProposalStatus.PENDING, tenants={"org-alpha"}, newest=1)
     assert [p.id for p in pending] == [made[2].id]
@@ -120,16 +120,24 @@ async def test_decisions_are_transitions_from_allowed_states_only(store: Approva
     pending = frozenset({ProposalStatus.PENDING})
     before = _db_clock(store)
     approved = await store.decide(
-        p.id, ProposalStatus.APPROVED, allowed_from=pending, actor="r", reason="ok", now=LATER
+        p.id, ProposalStatus.APPROVED, allowed_from=pending, actor="r", audited_as="r", reason="ok", now=LATER
     )
     assert (approved.status, approved.decided_by) == (ProposalStatus.APPROVED, "r")
     assert _stamped(store, approved.decided_at, LATER, before), approved.decided_at
     with pytest.raises(ApprovalError) as info:
-        await store.decide(p.id, ProposalStatus.DENIED, allowed_from=pending, actor="r", reason="", now=LATER)
+        await store.decide(
+            p.id, ProposalStatus.DENIED, allowed_from=pending, actor="r", audited_as="r", reason="", now=LATER
+        )
     assert info.value.reason == "already_approved"
     with pytest.raises(ApprovalError) as info:
         await store.decide(
-            "prop_missing", ProposalStatus.DENIED, allowed_from=pending, actor="r", reason="", now=LATER
+            "prop_missing",
+            ProposalStatus.DENIED,
+            allowed_from=pending,
+            actor="r",
+            audited_as="r",
+            reason="",
+            now=LATER,
         )
     assert info.value.reason == "unknown_proposal"
     assert [e.op for e in await store.events(p.id)] == ["proposed", "approved"]

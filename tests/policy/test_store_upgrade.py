@@ -171,7 +171,7 @@ async def test_postgres_stores_written_by_main_077ce60_upgrade_in_place_and_carr
         [p] = await stores.approvals.list_proposals(run_id="run-pg")
         decided = await stores.approvals.decide(
             p.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}), actor="r",
-            reason="", now=NOW,
+            audited_as="r", reason="", now=NOW,
         )  # fmt: skip
         assert decided.status is ProposalStatus.APPROVED and decided.created_at < NOW
         checkpoint = await stores.approvals.load_checkpoint("run-pg")

@@ -14,6 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tether.durable._cancel import CANCEL_REASON
 from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, WORKFLOW_NAMES, context_to_json, dbos_config
 from tether.durable._intake import (
     FILE,
@@ -32,6 +33,7 @@ from tether.policy._trusted import TrustedContext
 from tether.stores._url import parse_url
 
 if TYPE_CHECKING:
+    from tether.policy._decisions import DecisionAudit
     from tether.stores._url import Stores
 
 __all__ = ["DurableClient", "RunView", "WorkflowView", "hold_run"]
@@ -386,11 +388,22 @@ class DurableClient:
         args = inputs.get("args") if isinstance(inputs, dict) else getattr(inputs, "args", ())
         return dict(args[0]) if args else {}
 
-    def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        by: str = "operator",
+        actor: str = "",
+        audit: DecisionAudit | None = None,
+        reason: str = CANCEL_REASON,
+    ) -> dict[str, Any]:
         """Cancel a queued, running or paused run (idempotent): its live workflows are cancelled
         (a running one stops at its next step), a stopped one gets a cancelled marker workflow,
         its checkpoint ends ``cancelled``, its undecided or unexecuted proposals are invalidated
-        and its questions closed. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+        and its questions closed, each a decision of ``by``'s audited in ``audit`` as ``actor``
+        (default ``operator:<by>``), as is the cancel (``close_decisions``). Raises
+        ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+        from tether.durable._cancel import close_decisions
         from tether.sql._database import blocking
 
         # Still in the intake: onto the queue no worker serves, then cancelled as any queued run.
@@ -433,7 +446,16 @@ class DurableClient:
                 stop_reason="cancelled",
                 now=now,
             )
-        closed = blocking(self._close_decisions, run_id, by)
+        closed = blocking(
+            close_decisions,
+            self.stores,
+            run_id,
+            by=by,
+            actor=actor or f"operator:{by}",
+            audit=audit,
+            tenant=self._tenant(run_id) or "",
+            reason=reason,
+        )
         app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
         return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}
 
@@ -459,35 +481,6 @@ class DurableClient:
             return {"tasks_cancelled": [], "tasks_not_cancelled": [f"{q.task_id}: {why}" for q in parked]}
         left = [f"{q.task_id}: its server could not be reached" for q in parked if q.task_id not in cancelled]
         return {"tasks_cancelled": cancelled, "tasks_not_cancelled": left}
-
-    async def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
-        """Invalidate what a cancelled run still waited for (proposals, questions)."""
-        from tether.policy import Approvals, Reviewer
-
-        store = self.stores.approvals
-        desk = Approvals(store)
-        reviewer = Reviewer.for_all_tenants(by)
-        invalidated = []
-        for p in await store.list_proposals(run_id=run_id):
-            if str(p.status) not in ("pending", "approved") or await store.ledger_for(p.id):
-                continue  # decided for good, or its effect already happened (kept in the ledger)
-            try:
-                await desk.invalidate(reviewer, p.id, reason="run cancelled")
-                invalidated.append(p.id)
-            except ApprovalError:
-                pass  # decided in the meantime: its run is cancelled, so it runs nothing
-        closed = []
-        pauses = self.stores.pauses
-        for q in await pauses.for_run(run_id) if pauses is not None else []:
-            if str(q.status) != "pending":
-                continue
-            try:
-                await pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
-            except ApprovalError:
-                continue  # answered in the meantime
-            await pauses.complete(q.id, "run cancelled")
-            closed.append(q.id)
-        return {"proposals_invalidated": invalidated, "questions_closed": closed}
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 - A side-effecting proposal is stored immutably under a fresh random id with a content hash;
   the same content proposed again is a new proposal that needs its own approval.
 - ``approve``/``deny`` take a ``Reviewer`` (host-side authority); ``invalidate`` revokes and
-  blocks further execution while history stays.
+  blocks further execution while history stays. A reviewer's decision goes through the one home of
+  a person's decision (``_decisions.decide_proposal``: its rules, audited in ``audit`` if given).
 - Every side-effecting call gets an idempotency key derived from (run, step, call, tool,
   arguments) and handed to the tool. The effect ledger records intent before the call and the
   outcome after it; a recorded outcome is replayed, never repeated. An entry whose owner died
@@ -17,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 
@@ -34,19 +34,20 @@ from tether.policy._record import policy_record
 from tether.policy._store import (
     ApprovalEvent,
     ApprovalStore,
-    CheckpointStore,
     Claim,
-    EffectLedger,
     LedgerEntry,
     LedgerStatus,
     NewProposal,
     ProposalStatus,
-    ProposalStore,
     StoredProposal,
+    lacking_async,
     result_json,
 )
 from tether.policy._trusted import TrustedContext
 from tether.sql._postgres import StoreUnavailable
+
+if TYPE_CHECKING:
+    from tether.policy._decisions import DecisionAudit
 
 __all__ = [
     "ALL_TENANTS",
@@ -165,7 +166,9 @@ class Approvals:
     ``reconcilers`` maps tool names to a ``Reconciler``; ``app`` names a factory
     (``"module:function"``) that rebuilds ``(host, agent)`` so ``tether resume`` can continue a
     paused run in another process; ``wait_s`` bounds how long a caller waits for another live
-    process that is executing the same call.
+    process that is executing the same call; ``audit``: where a reviewer's decisions taken here
+    (``approve``, ``deny``, ``invalidate``) are audited, refused or not (the store's history
+    keeps each decision either way).
     """
 
     store: ApprovalStore
@@ -174,9 +177,10 @@ class Approvals:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     wait_s: float = 30.0
     lease_margin_s: float = 60.0
+    audit: DecisionAudit | None = None
 
     def __post_init__(self) -> None:
-        missing = _not_async(self.store)
+        missing = lacking_async(self.store)
         if missing:
             # Checked at wiring: otherwise perform() would fail mid-call, between intent and outcome.
             raise TypeError(
@@ -260,20 +264,37 @@ class Approvals:
     ) -> StoredProposal:
         """Approve exactly this stored proposal (of the ``content_hash``, ``effect`` and ``tenant``
         the reviewer read, each if given), as verified: the store's update is conditional on the
-        row being unchanged since. Raises ``ApprovalError`` (``content_changed`` …)."""
-        seen = {"content_hash": content_hash, "effect": effect, "tenant": tenant}
-        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason, seen)
+        row being unchanged since; checked and audited as every entry point's decision
+        (``decide_proposal``). Raises ``ApprovalError`` (``content_changed`` …)."""
+        read = {k: v for k, v in (("effect", effect), ("tenant", tenant)) if v is not None}
+        return await self._person(reviewer, "approve", proposal_id, reason, content_hash, read)
 
     async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return await self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
+        """Deny a pending proposal (a denial needs a reason), as every entry point's decision."""
+        return await self._person(reviewer, "deny", proposal_id, reason)
 
-    async def _decide(
-        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str, seen: _Seen = None
+    async def _person(
+        self, reviewer: Reviewer, action: str, proposal_id: str, reason: str, *seen: Any
     ) -> StoredProposal:
+        """A reviewer's decision through its one home, audited as ``reviewer:<name>``."""
+        from tether.policy._decisions import HumanDecision, decide_proposal
+
+        decision = HumanDecision(action, proposal_id, reason, *seen)
+        actor = f"reviewer:{getattr(reviewer, 'name', '?')}"
+        return await decide_proposal(self, reviewer, decision, actor=actor, audit=self.audit)
+
+    async def decided(
+        self, reviewer: Reviewer, action: str, proposal_id: str, reason: str, seen: _Seen, audited_as: str
+    ) -> StoredProposal:
+        """The store's write of a decision ``decide_proposal`` checked (its one caller): one
+        conditional update, the reviewer's tenants, the proposal still pending (or approved, to
+        invalidate it) and, for an approval, unchanged since it was read."""
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
+        if action not in ("approve", "deny"):
+            return await self._revoke(reviewer, proposal_id, reason, audited_as)
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
-        approve = to is ProposalStatus.APPROVED
+        approve = action == "approve"
         p = await (self.get(proposal_id) if approve else self.stored(proposal_id))
         if changed := [k for k, v in (seen or {}).items() if v is not None and v != getattr(p, k)]:
             raise ApprovalError("content_changed", f"proposal {p.id} is not the one reviewed ({changed})")
@@ -281,10 +302,11 @@ class Approvals:
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return await self.store.decide(
             proposal_id,
-            to,
+            ProposalStatus.APPROVED if approve else ProposalStatus.DENIED,
             allowed_from=frozenset({ProposalStatus.PENDING}),
             reason=reason,
             actor=f"reviewer:{reviewer.name}",
+            audited_as=audited_as,
             now=self.clock(),
             unchanged=p if approve else None,
         )
@@ -293,7 +315,15 @@ class Approvals:
         self, authority: TrustedContext | Reviewer, proposal_id: str, *, reason: str = "invalidated"
     ) -> StoredProposal:
         """Revoke a pending or approved proposal: it can never run (again). Effects already made
-        stay in the ledger and the history."""
+        stay in the ledger and the history. A reviewer's is a person's decision
+        (``decide_proposal``); a context's is the host's own."""
+        if isinstance(authority, Reviewer):
+            return await self._person(authority, "invalidate", proposal_id, reason)
+        return await self._revoke(authority, proposal_id, reason)
+
+    async def _revoke(
+        self, authority: TrustedContext | Reviewer, proposal_id: str, reason: str, audited_as: str = ""
+    ) -> StoredProposal:
         if isinstance(authority, TrustedContext):
             await self._for_tenant(proposal_id, authority.tenant)
             actor = f"context:{authority.user or authority.tenant}"
@@ -308,6 +338,7 @@ class Approvals:
             proposal_id,
             ProposalStatus.INVALIDATED,
             actor=actor,
+            audited_as=audited_as or actor,
             reason=reason,
             now=self.clock(),
             allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
@@ -535,41 +566,6 @@ class Approvals:
             await self.store.add_event(
                 proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock()
             )
-
-
-def _not_async(store: object) -> list[str]:
-    """The ``ApprovalStore`` methods ``store`` lacks, has only as plain (blocking) functions, or
-    has without a keyword the protocol passes (``list_proposals(newest=, tenants=)``: a store
-    written to an earlier release's protocol, whose first console queue page would fail)."""
-    out = []
-    for name, keywords in sorted(_STORE_METHODS.items()):
-        method = getattr(store, name, None)
-        if not inspect.iscoroutinefunction(method):
-            out.append(name)
-        elif lacking := _keywords_lacking(method, keywords):
-            out.append(f"{name}({', '.join(k + '=' for k in lacking)})")
-    return out
-
-
-def _keywords_lacking(method: Any, keywords: frozenset[str]) -> list[str]:
-    params = inspect.signature(method).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return []
-    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sorted(k for k in keywords if k not in params or params[k].kind not in named)
-
-
-# Each store method, with the keyword-only parameters the protocol gives it.
-_STORE_METHODS: Final = {
-    name: frozenset(
-        p.name
-        for p in inspect.signature(value).parameters.values()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    )
-    for seam in (ProposalStore, EffectLedger, CheckpointStore)
-    for name, value in vars(seam).items()
-    if inspect.iscoroutinefunction(value)
-}
 
 
 def _own(p: StoredProposal, proposal_id: str, tenant: str) -> StoredProposal:

@@ -87,7 +87,7 @@ async def decide_proposal(
             raise ApprovalError("unknown_proposal", f"no proposal {decision.proposal_id!r}")
         tenant = found.tenant
         reason = _checked(decision, found, require_hash)
-        done = await _apply(approvals, reviewer, decision, reason)
+        done = await _apply(approvals, reviewer, decision, reason, actor)
     except ApprovalError as err:
         if audit is not None:
             audit.refused(
@@ -125,15 +125,14 @@ def _checked(decision: HumanDecision, found: StoredProposal, require_hash: bool)
 
 
 async def _apply(
-    approvals: Approvals, reviewer: Reviewer, decision: HumanDecision, reason: str
+    approvals: Approvals, reviewer: Reviewer, decision: HumanDecision, reason: str, actor: str
 ) -> StoredProposal:
-    """The store's decision, in one conditional write: the reviewer's tenants, the proposal still
-    pending (or approved, to invalidate it) and, for an approval, unchanged since it was read."""
+    """The store's decision, in one conditional write (``Approvals.decided``) that also writes its
+    history entry naming ``actor`` as the audit log does (who, when, why: one transaction)."""
+    seen = None
     if decision.action == "approve":
         read = {k: decision.read[k] for k in ("effect", "tenant") if k in decision.read}
-        return await approvals.approve(
-            reviewer, decision.proposal_id, reason=reason, content_hash=decision.content_hash, **read
-        )
-    if decision.action == "deny":
-        return await approvals.deny(reviewer, decision.proposal_id, reason=reason)
-    return await approvals.invalidate(reviewer, decision.proposal_id, reason=reason or "invalidated")
+        seen = {"content_hash": decision.content_hash, **read}
+    elif decision.action == "invalidate":
+        reason = reason or "invalidated"
+    return await approvals.decided(reviewer, decision.action, decision.proposal_id, reason, seen, actor)

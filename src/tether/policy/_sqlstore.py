@@ -397,10 +397,14 @@ class SqlApprovalStore(SqlStore):
         *,
         allowed_from: frozenset[ProposalStatus],
         actor: str,
+        audited_as: str,
         reason: str,
         now: datetime,
         unchanged: StoredProposal | None = None,
     ) -> StoredProposal:
+        if not isinstance(audited_as, str) or not audited_as.strip():  # never a decision of no one's
+            raise ApprovalError("bad_request", "a decision names who made it, as audited (audited_as)")
+
         def decide(conn: Connection) -> StoredProposal:
             _not_contracted(conn, str(self.path or self.db))
             current = _get_proposal(conn, proposal_id, lock=True)
@@ -417,7 +421,7 @@ class SqlApprovalStore(SqlStore):
             if row is None:  # only the conditional update can match no row: the row was changed
                 why = f"proposal {proposal_id} changed after it was read; it was not {to}"
                 raise ApprovalError("content_changed", why)
-            _add_event(conn, proposal_id, str(to), actor, reason, at)
+            _add_event(conn, proposal_id, str(to), audited_as, reason, at)
             return _proposal(row)
 
         return await self.db.write(decide)

@@ -13,11 +13,12 @@ never blocks, so it answers inline.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from tether.policy._intake import Proposal
@@ -37,6 +38,7 @@ __all__ = [
     "ProposalStore",
     "ResumeHold",
     "StoredProposal",
+    "lacking_async",
 ]
 
 
@@ -199,6 +201,7 @@ class ProposalStore(Protocol):
         *,
         allowed_from: frozenset[ProposalStatus],
         actor: str,
+        audited_as: str,
         reason: str,
         now: datetime,
         unchanged: StoredProposal | None = None,
@@ -206,7 +209,10 @@ class ProposalStore(Protocol):
         """Move a proposal to ``to`` if its status is in ``allowed_from`` and, given ``unchanged``
         (the row as the caller read and verified it), its tenant, tool, arguments and content hash
         are still those, checked in the same atomic update; raises ``ApprovalError``
-        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise."""
+        (``unknown_proposal``, ``already_<status>``, ``content_changed``) otherwise. ``actor`` is
+        the authority (``decided_by``); the decision's history entry, written in the same
+        transaction, names who acted as the audit log does (``audited_as``: ``cli:ana``,
+        ``token:ana/<id>``): the record every audit entry of the decision is derived from."""
         ...
 
     async def add_event(
@@ -317,3 +323,38 @@ def result_json(value: dict[str, Any]) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def lacking_async(store: object) -> list[str]:
+    """The ``ApprovalStore`` methods ``store`` lacks, has only as plain (blocking) functions, or
+    has without a keyword the protocol passes (``list_proposals(newest=, tenants=)``: a store
+    written to an earlier release's protocol, whose first console queue page would fail)."""
+    out = []
+    for name, keywords in sorted(_STORE_METHODS.items()):
+        method = getattr(store, name, None)
+        if not inspect.iscoroutinefunction(method):
+            out.append(name)
+        elif lacking := _keywords_lacking(method, keywords):
+            out.append(f"{name}({', '.join(k + '=' for k in lacking)})")
+    return out
+
+
+def _keywords_lacking(method: Any, keywords: frozenset[str]) -> list[str]:
+    params = inspect.signature(method).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sorted(k for k in keywords if k not in params or params[k].kind not in named)
+
+
+# Each store method, with the keyword-only parameters the protocol gives it.
+_STORE_METHODS: Final = {
+    name: frozenset(
+        p.name
+        for p in inspect.signature(value).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+    for seam in (ProposalStore, EffectLedger, CheckpointStore)
+    for name, value in vars(seam).items()
+    if inspect.iscoroutinefunction(value)
+}

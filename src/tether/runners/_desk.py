@@ -84,6 +84,7 @@ class ProposalDesk:
                 ProposalStatus.APPROVED,
                 allowed_from=frozenset({ProposalStatus.PENDING}),
                 actor=AUTOMATIC_APPROVAL,
+                audited_as=AUTOMATIC_APPROVAL,
                 reason="no approval needed for this effect",
                 now=self.approvals.clock(),
             )

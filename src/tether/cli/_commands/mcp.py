@@ -438,6 +438,7 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _pauses(args: argparse.Namespace) -> int:
+    from tether.cli._commands._pauses import pause_listing
     from tether.mcp._pauses import PauseStore
     from tether.sql._database import blocking
 
@@ -448,18 +449,8 @@ def _pauses(args: argparse.Namespace) -> int:
         return _fail(args, err)
     store = shared.pauses if shared is not None else PauseStore(config.path(config.host.state))
     try:
-        rows = [
-            {
-                "id": p.id,
-                "server": p.server,
-                "tool": p.tool,
-                "message": p.message,
-                "schema": p.schema,
-                "run_id": p.run_id,
-            }
-            for p in blocking(store.pending)
-        ]
+        listing = pause_listing(blocking(store.pending))
     finally:
         (shared or store).close()
-    text = "\n".join(safe(f"{r['id']}  {r['tool']}  asks: {r['message']}") for r in rows)
-    return outcome({"pending": rows}, text or "no pending elicitations", as_json=args.json)
+    text = "\n".join(safe(f"{r['id']}  {r['tool']}  asks: {r['message']}") for r in listing["pauses"])
+    return outcome(listing, text or "no pending elicitations", as_json=args.json)

@@ -39,6 +39,8 @@ def register(sub: Any) -> None:
         a = acts.add_parser(name, help=helptext)
         a.add_argument("run_id")
         a.add_argument("--wait", type=float, help="wait up to S seconds for it to end or pause")
+        if name == "cancel":
+            a.add_argument("--reason", default="run cancelled", help="why (kept in the audit log)")
     for name in ("approve", "deny"):
         d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
         d.add_argument("proposal_id")
@@ -213,7 +215,11 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    done = client.cancel(args.run_id, by=_who())
+    from tether.cli._commands._audit import CliAudit, cli_actor
+
+    # A person's decision: closed through the one home of a decision, audited as ``cli:<person>``.
+    who = _who()
+    done = client.cancel(args.run_id, by=who, actor=cli_actor(who), audit=CliAudit(), reason=args.reason)
     text = "\n".join(
         [
             f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
@@ -262,22 +268,14 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
 
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
+    from tether.cli._commands._pauses import pause_listing
     from tether.sql._database import blocking
 
-    rows = [
-        {
-            "id": p.id,
-            "run": p.run_id,
-            "server": p.server,
-            "tool": p.tool,
-            "asked": p.created_at,
-            "message": p.message,
-            "schema": p.schema,
-        }
-        for p in blocking(client.stores.pauses.pending)
-    ]
-    text = table(rows, ["id", "run", "server", "tool", "asked", "message"], "no questions waiting")
-    return outcome({"count": len(rows), "pauses": rows}, text, as_json=args.json)
+    listing = pause_listing(blocking(client.stores.pauses.pending))
+    text = table(
+        listing["pauses"], ["id", "run", "server", "tool", "asked", "message"], "no questions waiting"
+    )
+    return outcome(listing, text, as_json=args.json)
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
