@@ -129,14 +129,26 @@ def spelled_numbers(text: str) -> tuple[tuple[str, str, int], ...]:
 _SPACED = re.compile(r"(?<!\S)\S(?: \S(?![^\s.,;:!?)])){3,}")
 # Text as hexadecimal (``62696c6c…``): sixteen digits or more, an even count, alone.
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Za-z])")
-# An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or ``at`` between two
-# names where a dot is spelled too (``billing at secure-systems dot com``).
+# The words a reader takes for an address's ``@`` and ``.``, in the languages digit words are
+# read in (``chiocciola``, ``arroba``, ``Klammeraffe``, ``punto``, ``Punkt``, ``point`` …).
+_AT_WORDS = "arobase|arroba|chiocciola|klammeraffe|affenschwanz|apenstaartje|apestaart"  # and ``at``
+_DOT_WORDS = "dot|point|punto|punkt|ponto|punt"
+_APART = r"(?: +|_)"  # a word set apart by spaces, or by underscores (``billing_at_shop_dot_com``)
+# An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or an ``@`` word
+# between two names where a dot is spelled too (``billing at secure-systems dot com``,
+# ``billing arobase secure-systems point com``; bare ``at`` only with ``dot``, as prose says
+# "at the point").
 _AT = re.compile(
-    r"(?<=\w)\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*(?=\w)|(?<=\w) at (?=[\w-]+\s*[\[\(\{]?\s*dot\b)",
+    rf"(?<=\w)\s*[\[\(\{{<]\s*(?:at|{_AT_WORDS})\s*[\]\)\}}>]\s*(?=\w)"
+    rf"|(?<=[^\W_]){_APART}at{_APART}(?=[^\W_][\w-]*?{_APART}[\[\(\{{]?\s*dot(?![^\W_]))"
+    rf"|(?<=[^\W_]){_APART}(?:{_AT_WORDS}){_APART}"
+    rf"(?=[^\W_][\w-]*?{_APART}[\[\(\{{]?\s*(?:{_DOT_WORDS})(?![^\W_]))",
     re.IGNORECASE,
 )
-
-_DOT = re.compile(r"\s*[\[\(\{]\s*dot\s*[\]\)\}]\s*|\s+dot\s+", re.IGNORECASE)  # with a spelled ``at``
+# A spelled ``.`` (with a spelled ``@``).
+_DOT = re.compile(
+    rf"\s*[\[\(\{{]\s*(?:{_DOT_WORDS})\s*[\]\)\}}]\s*|(?:\s+|_)(?:{_DOT_WORDS})(?:\s+|_)", re.IGNORECASE
+)
 
 
 def spelled_forms(value: str) -> list[str]:
