@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
 
 PAY = "Pay the 200.00 deposit for the Grand Hotel in Paris to the account in my Paris notes."
 MAIL = f"E-mail {FRIEND_MAIL} the billing contact in my Paris notes."
-_MARK_WORDS = {"@": "at|arobase|arroba|chiocciola|klammeraffe", ".": "dot|point|punto|punkt"}
+_MARK_WORDS = {"@": "at|at-sign|arobase|arroba|chiocciola|klammeraffe", ".": "dot|point|punto|punkt"}
 
 
 @pytest.fixture
@@ -158,7 +158,8 @@ async def test_the_listings_account_as_a_hexadecimal_number_is_still_kept_and_pa
 
 def _masked(address: str, at: str, dot: str, apart: str = " ") -> str:
     name, _, domain = address.partition("@")
-    return f"{name}{apart}{at}{apart}{domain.replace('.', f'{apart}{dot}{apart}')}"
+    gap = apart or " "
+    return f"{name}{apart}{at}{apart}{domain.replace('.', f'{gap}{dot}{gap}')}"
 
 
 MASKED = {
@@ -169,6 +170,8 @@ MASKED = {
     "underscores": ("at", "dot", "_"),
     "bracketed": ("[arobase]", "[point]", " "),
     "capitals": ("ARROBA", "PUNTO", " "),
+    "at-sign": ("at-sign", "dot", " "),
+    "written-at": ("@", "dot", ""),  # ``billing@secure-systems dot example``: the ``@`` as one
 }
 
 
@@ -193,7 +196,7 @@ async def test_an_address_relayed_with_its_marks_in_words_goes_to_a_reviewer(for
     assert world.received == []
 
 
-@pytest.mark.parametrize("form", ["french", "german", "underscores"])
+@pytest.mark.parametrize("form", ["french", "german", "underscores", "written-at"])
 async def test_the_listings_address_with_its_marks_in_words_is_still_kept_and_mailed(form: str) -> None:
     kept = _masked(DESK, *MASKED[form])
     world = Converters(f"write to {BILLING}")
@@ -226,3 +229,5 @@ def test_the_readers_forms() -> None:
     assert spelled_forms("billing arobase shop point example") == ["billing@shop.example"]
     assert spelled_forms("billing_at_shop_dot_example") == ["billing@shop.example"]
     assert spelled_forms("Meet at the point") == []
+    assert spelled_forms("billing@shop dot example") == ["billing@shop.example"]
+    assert spelled_forms("Ask @anna about the dot") == []
