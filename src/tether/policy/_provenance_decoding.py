@@ -31,13 +31,18 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["decoded", "decoded_forms", "self_decoded"]
+from tether.policy._provenance_values import PARTY_DIGITS
+
+__all__ = ["converted", "decoded", "decoded_forms", "self_decoded"]
 
 _DEPTH = 3  # layers of encoding undone
 _MOST = 16  # decoded forms of one value, at most
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # a line of a block, its spaces left out
+# A base32 word (RFC 4648, one case): sixteen characters or more, ten bytes (a TOTP secret's
+# or a file name's alphabet; what a decoding tool turns back into an account or an address).
+_BASE32 = re.compile(r"(?<![A-Za-z0-9=])(?:[A-Z2-7]{16,}|[a-z2-7]{16,})={0,6}(?![A-Za-z0-9=])")
 _QUOTED_PRINTABLE = re.compile(r"=(?:[0-9A-F]{2}|\r?\n)")
 _BLANK = re.compile(r"[ \t]+")
 _NOT_BASE64_LINE = re.compile(r"[^A-Za-z0-9+/_=\- \t]")  # a line holding one is no base64
@@ -56,6 +61,18 @@ def decoded(value: str) -> list[str]:
     forms at most). A file uploaded as base64, a form posted percent-encoded or a JSON string
     with its escapes, read back as text, is the text the run wrote, not the store's."""
     return _layers(value, _once)
+
+
+def converted(value: str) -> list[str]:
+    """What a converter the deployment trusts (a decoder, a number-base tool) makes of ``value``
+    where no store does it on its own: its base32 words as the texts they encode, and its
+    integers of another base as decimal numbers (``_integers``). A write's parties are looked
+    for in these forms too (``provenance_flow.party_handles``): kept so, the next run had the
+    converter turn them back into an account as the notes' own. Not a form of the run's writes
+    (``decoded``): a converter's answer is its own result, judged as one."""
+    out = [text for word in _BASE32.findall(value) if (text := _base32_text(word)) and text not in value]
+    number = _integers(value)
+    return [*out, number] if number != value else out
 
 
 def _layers(value: str, once: Callable[[str], list[str]]) -> list[str]:
@@ -172,6 +189,22 @@ def _backslash(value: str) -> str:
         return text
 
 
+# An integer literal of another base, no longer than a 64-bit number (a wallet's 40 hexadecimal
+# digits are a wallet, judged as one).
+_INTEGER = re.compile(r"(?<![\w.])0(?:[xX][0-9A-Fa-f]{1,16}|[oO][0-7]{1,22}|[bB][01]{1,64})(?![\w.])")
+
+
+def _integers(value: str) -> str:
+    """Each integer literal of another base as the decimal number a converter gives, where that
+    is long enough to name a party (``PARTY_DIGITS``): ``0x75bcd15`` is ``123456789``."""
+
+    def one(m: re.Match[str]) -> str:
+        number = str(int(m.group(0), 0))
+        return number if len(number) >= PARTY_DIGITS else m.group(0)
+
+    return _INTEGER.sub(one, value) if "0" in value else value
+
+
 def _references(value: str) -> str:
     return html.unescape(value) if "&" in value and _REFERENCE.search(value) else value
 
@@ -222,6 +255,16 @@ def _base64_text(s: str) -> str:
     try:
         text = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
+        return ""
+    return text if text.strip() and "".join(text.split()).isprintable() else ""
+
+
+def _base32_text(word: str) -> str:
+    """``word`` decoded from base32 as UTF-8 text, or "" where it is no such text."""
+    raw = word.rstrip("=").upper()
+    try:
+        text = base64.b32decode(raw + "=" * (-len(raw) % 8)).decode("utf-8")
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return ""
     return text if text.strip() and "".join(text.split()).isprintable() else ""
 

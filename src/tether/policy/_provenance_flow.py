@@ -13,7 +13,7 @@ from typing import Any
 
 from tether.core.types import Effect
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_decoding import decoded, decoded_forms
+from tether.policy._provenance_decoding import converted, decoded, decoded_forms
 from tether.policy._provenance_display import displayed
 from tether.policy._provenance_kept import as_grouped, kept_numbers, keypad
 from tether.policy._provenance_labels import Origin, Segment, shape_kind, split_values, trust_parts
@@ -290,9 +290,10 @@ def party_handles(
 
 
 def _stored(value: str) -> list[str]:
-    """The forms of ``value`` a store may keep (``decoded``) but its base64 (``decoded_forms``)."""
+    """The forms of ``value`` a store may keep (``decoded``) but its base64 (``decoded_forms``),
+    and those a trusted converter makes of it (``converted``: base32, another base's numbers)."""
     own = decoded_forms(value)
-    return [form for form in decoded(value) if form not in own]
+    return [form for form in (*decoded(value), *converted(value)) if form not in own]
 
 
 _LINK_MARKS = frozenset(".[]/:@")

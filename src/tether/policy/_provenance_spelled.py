@@ -129,24 +129,43 @@ def spelled_numbers(text: str) -> tuple[tuple[str, str, int], ...]:
 _SPACED = re.compile(r"(?<!\S)\S(?: \S(?![^\s.,;:!?)])){3,}")
 # Text as hexadecimal (``62696c6c…``): sixteen digits or more, an even count, alone.
 _HEX = re.compile(r"(?<![0-9A-Za-z])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Za-z])")
-# An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or ``at`` between two
-# names where a dot is spelled too (``billing at secure-systems dot com``).
+# The words a reader takes for an address's ``@`` and ``.``, in the languages digit words are
+# read in (``chiocciola``, ``arroba``, ``Klammeraffe``, ``punto``, ``Punkt``, ``point`` …).
+_AT_WORDS = "at-sign|arobase|arroba|chiocciola|klammeraffe|affenschwanz|apenstaartje|apestaart"  # and ``at``
+_DOT_WORDS = "dot|point|punto|punkt|ponto|punt"
+_APART = r"(?: +|_)"  # a word set apart by spaces, or by underscores (``billing_at_shop_dot_com``)
+# An address's ``@`` spelled: bracketed (``billing [at] secure-systems``), or an ``@`` word
+# between two names where a dot is spelled too (``billing at secure-systems dot com``,
+# ``billing arobase secure-systems point com``; bare ``at`` only with ``dot``, as prose says
+# "at the point").
 _AT = re.compile(
-    r"(?<=\w)\s*[\[\(\{<]\s*at\s*[\]\)\}>]\s*(?=\w)|(?<=\w) at (?=[\w-]+\s*[\[\(\{]?\s*dot\b)",
+    rf"(?<=\w)\s*[\[\(\{{<]\s*(?:at|{_AT_WORDS})\s*[\]\)\}}>]\s*(?=\w)"
+    rf"|(?<=[^\W_]){_APART}at{_APART}(?=[^\W_][\w-]*?{_APART}[\[\(\{{]?\s*dot(?![^\W_]))"
+    rf"|(?<=[^\W_]){_APART}(?:{_AT_WORDS}){_APART}"
+    rf"(?=[^\W_][\w-]*?{_APART}[\[\(\{{]?\s*(?:{_DOT_WORDS})(?![^\W_]))",
     re.IGNORECASE,
 )
-
-_DOT = re.compile(r"\s*[\[\(\{]\s*dot\s*[\]\)\}]\s*|\s+dot\s+", re.IGNORECASE)  # with a spelled ``at``
+# An ``@`` written as one before a name and a spelled dot (``billing@secure-systems dot example``).
+_AT_SIGN = re.compile(rf"@\s*[^\W_][\w-]*?{_APART}[\[\(\{{]?\s*(?:{_DOT_WORDS})(?![^\W_])", re.IGNORECASE)
+# A spelled ``.`` (with a spelled or written ``@``).
+_DOT = re.compile(
+    rf"\s*[\[\(\{{]\s*(?:{_DOT_WORDS})\s*[\]\)\}}]\s*|(?:\s+|_)(?:{_DOT_WORDS})(?:\s+|_)", re.IGNORECASE
+)
 
 
 def spelled_forms(value: str) -> list[str]:
     """``value`` as a reader (the next run's model, a trusted tool) makes of text spelled so no
     address or link is seen in it: characters set apart one by one joined, hexadecimal text
-    decoded, an ``@`` spelled as ``at`` written as one. Each form that differs, once."""
+    decoded, an ``@`` spelled as ``at`` (or ``arobase`` …) written as one, and the ``.`` spelled
+    after it. Each form that differs, once."""
     out: list[str] = []
     joined = _SPACED.sub(lambda m: m.group(0).replace(" ", ""), value)
     unhexed = _HEX.sub(lambda m: _text_of_hex(m.group(0)), value)
-    at = [_DOT.sub(".", _AT.sub("@", text)) for text in (value, joined) if _AT.search(text)]
+    at = [
+        _DOT.sub(".", _AT.sub("@", text))
+        for text in (value, joined)
+        if _AT.search(text) or _AT_SIGN.search(text)
+    ]
     for form in (joined, unhexed, *at):
         if form != value and form not in out:
             out.append(form)
