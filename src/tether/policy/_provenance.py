@@ -1,30 +1,28 @@
 """Provenance: where each value the host sees came from.
 
-Two halves. *Labelling*: every tool observation is split into labelled segments — each
-leaf of its structured result (or its whole text) carries a ``SourceLabel``: tool, server,
-record id, field, author where the data names one, and a trust class taken from a
-``TrustConfig`` (per tool and field, written by the application, never by the model).
-*Tracing*: each argument value of a proposed call is traced back to its origins — the
-user's request, trusted host context (a directory of known recipients, say), a labelled
-tool segment, or nowhere (the model composed it).
+Two halves. *Labelling*: every tool observation is split into labelled segments — each leaf of its
+structured result (or its whole text) carries a ``SourceLabel``: tool, server, record id, field, author
+where the data names one, and a trust class taken from a ``TrustConfig`` (per tool and field, written by the
+application, never by the model). *Tracing*: each argument value of a proposed call is traced back to its
+origins — the user's request, trusted host context (a directory of known recipients, say), a labelled tool
+segment, or nowhere (the model composed it).
 
-Matching compares whole values, never words: a value traces to the request when the whole
-value appears there (on word boundaries), to a tool result when it *is* a structured field
-or appears whole inside its text. It is robust to formatting (Unicode normalisation, case
-folding, whitespace, surrounding quotes, JSON/YAML re-encoding of lists, numeric forms such
-as ``98.7`` vs ``98.70``) and deliberately blind to short coincidences: a value shorter than
-``MIN_CONTAINED`` characters counts only when it *is* a whole structured field (an id, a
-name), or, for alphabetic words, a whole word of the user's request; it never counts as
-"contained" in free text. So the attacker's "delete file 13" cannot borrow provenance from
-"13 May" in the user's request.
+Matching compares whole values, never words: a value traces to the request when the whole value appears
+there (on word boundaries), to a tool result when it *is* a structured field or appears whole inside its
+text. It is robust to formatting (Unicode normalisation, case folding, whitespace, surrounding quotes,
+JSON/YAML re-encoding of lists, numeric forms such as ``98.7`` vs ``98.70``) and deliberately blind to short
+coincidences: a value shorter than ``MIN_CONTAINED`` characters counts only when it *is* a whole structured
+field (an id, a name), or, for alphabetic words, a whole word of the user's request; it never counts as
+"contained" in free text. So the attacker's "delete file 13" cannot borrow provenance from "13 May" in the
+user's request.
 
-A record is **named by the user** only through the naming fields its source declares (a
-file's name, an event's title, a payment's counterparty): the field's whole value appears in
-the request. Text the user wrote themselves (``self_naming`` fields of records whose author is
-one of the user's own identities, e.g. the subject of their own payment) may name a record by
-one of its words. Nothing else names a record: not a status, not a body, not a word of a
-field someone else wrote. When records take two different names of one field anyone may
-write (titles, file names) from the request, none of those names vouches (``_provenance_naming``).
+A record is **named by the user** only through the naming fields its source declares (a file's name, an
+event's title, a payment's counterparty): the field's whole value appears in the request. Text the user wrote
+themselves (``self_naming`` fields of records whose author is one of the user's own identities, e.g. the
+subject of their own payment) may name a record by one of its words. Nothing else names a record: not a
+status, not a body, not a word of a field someone else wrote. When records take two different names of one
+field anyone may write (titles, file names) from the request, none of those names vouches
+(``_provenance_naming``).
 
 The labelling half lives in ``_provenance_labels``; this module holds the tracing half:
 ``ProvenanceIndex`` and taint through the run's own writes.
@@ -35,6 +33,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from datetime import date
 from typing import Any
 
 from tether.policy._provenance_dates import (
@@ -111,8 +110,9 @@ class ProvenanceIndex(Naming, Steering):
         writes: Sequence[Written] = (),
         reads: Mapping[str, tuple[int, Sequence[str]]] | None = None,
         assigned: Iterable[str] = ASSIGNED,
+        asked_on: date | None = None,
     ) -> None:
-        self.objective = objective
+        self.objective, self.asked_on = objective, asked_on  # asked_on: the day of the request
         # The calls whose results were observed: call id -> (position, argument leaves), to
         # tell which of them text someone chose had selected (``steered``).
         self._reads = dict(reads or {})
@@ -557,10 +557,10 @@ class ProvenanceIndex(Naming, Steering):
 
     @property
     def request_dates(self) -> list[DateMention]:
-        """The calendar days the request names, but one it turns down ("not on March 4")."""
+        """The days the request names, but one it turns down ("not on March 4"), near ``asked_on``."""
         if self._dates is None:
-            folded = unfold(self.objective)  # what ``date_mentions`` spans
-            self._dates = [m for m in date_mentions(self.objective) if not refused(folded, *m.span)]
+            folded, mentions = unfold(self.objective), date_mentions(self.objective)  # as they span it
+            self._dates = [replace(m, near=self.asked_on) for m in mentions if not refused(folded, *m.span)]
         return self._dates
 
     @property

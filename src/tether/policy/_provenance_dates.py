@@ -92,9 +92,18 @@ class DateMention:
     month: int
     day: int
     span: tuple[int, int]
+    near: date | None = None  # the day the text was said (``ProvenanceIndex.asked_on``)
 
     def matches(self, d: date) -> bool:
-        return (self.month, self.day) == (d.month, d.day) and self.year in (None, d.year)
+        """Whether ``d`` is this day: in its year, or, where the text leaves the year open, in
+        the year its speaker means: the day within a year of ``near`` ("book May 13" asked in
+        May 2026 books no May 13 of 2031, nor of 1999: the year is the value's alone)."""
+        if (self.month, self.day) != (d.month, d.day) or self.year not in (None, d.year):
+            return False
+        return self.year is not None or self.near is None or abs((d - self.near).days) <= _A_YEAR
+
+
+_A_YEAR = 366
 
 
 def _valid(y: int | None, m: int, d: int) -> bool:

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core._names import SEPARATOR, folded, name_set
-from tether.policy._provenance_dates import figure
 from tether.policy._provenance_labels import USER, shape_kind, split_values
 
 __all__ = [
@@ -154,6 +153,30 @@ _KEYS = {
 _IDENTIFIER = re.compile(r"(?=\S*(?:\d|[^\w\s]|_))\S+")
 
 
+# Digits with what groups them (``1,000``, ``1.000,00``, ``1'000``, ``1 000``): a number to a
+# reader that drops the separators, as a lax validator or a tool's own parsing may.
+_GROUPED = re.compile(r"[+-]?[\d.,'_ ]*\d[\d.,'_ ]*", re.ASCII)
+
+
+def read_as_number(value: Any) -> bool:
+    """Whether some reader of ``value`` takes it for a number: a JSON number (``NaN`` and
+    infinities too), or a string that ``float`` or ``Decimal`` reads (``" 100"``, ``"100.000"``,
+    ``"1_00"``, ``"1e2"``: a lax validator such as a FastMCP server's coerces each to an
+    integer) or that writes digits with what groups them. Wider than ``figure``, which reads
+    only what every reader reads alike: where a value multiplies a figure, any number counts."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int | float):
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return bool(_GROUPED.fullmatch(value.strip()))
+    return True
+
+
 @dataclass(frozen=True)
 class ArgumentRule:
     """Where one argument's value may come from (see the module docstring for the roles)."""
@@ -260,13 +283,15 @@ class ArgumentRule:
         """Whether an amount's value holds a record (a mapping, or a list inside the value) of two
         numbers or more, anywhere below it: a line's quantity and unit price, an amount and a
         count. What the tool pays is what it makes of them, multiplied or added, which no bound
-        on their sum tells, whichever of them ``keys`` names. A list of figures (installments),
-        or of records of one figure each, is their sum."""
+        on their sum tells, whichever of them ``keys`` names. A number is what any reader takes
+        for one (``read_as_number``: a quantity of ``"100.000"`` or ``"1_00"`` is no figure, but
+        a hundred to the tool that multiplies by it). A list of figures (installments), or of
+        records of one figure each, is their sum."""
 
         def numbers(v: Any) -> int:
             if isinstance(v, Mapping | list | tuple):
                 return sum(map(numbers, v.values() if isinstance(v, Mapping) else v))
-            return int(not isinstance(v, bool) and figure(v) is not None)
+            return int(read_as_number(v))
 
         def walk(v: Any, top: bool) -> bool:
             if not isinstance(v, Mapping | list | tuple):

@@ -231,7 +231,9 @@ def index_for(
     written, reads = _writes(state, observations, aliases, writes, targets, ids)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
-    request = getattr(state, "request", None)
+    # The day it was asked (the run's start: a resumed run's first), the year of a day it names
+    # without one.
+    request, started = getattr(state, "request", None), getattr(state, "started_at", None)
     return ProvenanceIndex(
         request if isinstance(request, str) else getattr(state, "objective", "") or "",
         segments=segments,
@@ -240,6 +242,7 @@ def index_for(
         writes=written,
         reads=reads,
         assigned=config.assigned,
+        asked_on=started.date() if isinstance(started, datetime) else None,
     )
 
 

@@ -299,7 +299,10 @@ def _links(text: str) -> tuple[Link, ...]:
     written = compose(text).translate(_INVISIBLE)
     # And as drawn, where an override reverses what follows it (``displayed``).
     shown = unfold(displayed(text), fold_case=False) if "\u202e" in text else folded
-    for view in dict.fromkeys((folded, decoded, written, shown)):
+    # And with the tabs and newlines a browser drops from a URL (``joined``).
+    spans = (text, _decoded(text)) if "&" in text or "%" in text else (text,)
+    joined = [unfold(joined_url(v), fold_case=False) for v in spans if _TAB_OR_NEWLINE & set(v)]
+    for view in dict.fromkeys((folded, decoded, written, shown, *joined)):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
         add(m.group(0), m.group(0), "")
@@ -326,6 +329,22 @@ def _links(text: str) -> tuple[Link, ...]:
             seen.add(value)
             out.append(Link(value, "", value[:200], value, value))
     return tuple(out)
+
+
+_TAB_OR_NEWLINE = frozenset("\t\n\r")
+_ATTRIBUTE = re.compile(r"""=\s*("[^"]*"|'[^']*')""")
+
+
+def joined_url(text: str) -> str:
+    """``text`` as a URL parser reads the URLs in it (WHATWG, ``urllib.parse``): without the
+    ASCII tabs and newlines it drops from one. A value that is a single token but for them is
+    read whole so (``https://docs.example/d/abc/..<TAB>/evil`` opens ``/d/evil``), and so is a
+    quoted attribute's value in markup (``href="…"``); prose is not (a line that ends with a
+    link and the next line are two texts, to an autolinker as to a reader)."""
+    strip = str.maketrans("", "", "\t\n\r")
+    if not any(c.isspace() for c in text.strip().translate(strip)):
+        return text.translate(strip)
+    return _ATTRIBUTE.sub(lambda m: m.group(0).translate(strip), text)
 
 
 def _host_of(authority: str) -> str:
