@@ -10,7 +10,6 @@ names host paths rewritten; never a folder holding one of the host's protected p
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.mcp._npxspec import bin_of, npm_cache, npx_installed, read_npx
 from tether.mcp._runnable import (
     found,
     missing_interpreter,
@@ -417,63 +417,6 @@ def _node_package(launch: Launch, given: Path) -> str:
     return launch.translate(script) or str(script)
 
 
-def _npm_cache(env: Mapping[str, str]) -> Path:
-    if configured := env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE"):
-        return Path(configured).expanduser()
-    return Path(env.get("HOME") or Path.home()) / ".npm"
-
-
-def _npx_spec(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """The package spec and the arguments given to it."""
-    i = 2 if Path(argv[0]).name == "npm" else 1
-    spec: str | None = None
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-p", "--package") and i + 1 < len(argv):
-            spec = argv[i + 1]
-            i += 2
-        elif arg.startswith("-"):
-            i += 1
-        else:  # with --package, the command is the bin's name
-            return (arg if spec is None else spec), list(argv[i + 1 :])
-    return spec, []
-
-
-def _package_name(spec: str) -> str:
-    at = spec.find("@", 1)
-    return spec[:at] if at > 0 else spec
-
-
-def _npx_installed(cache: Path, spec: str) -> Path | None:
-    """The npx install folder holding exactly ``spec`` (npx names it by a hash of the specs)."""
-    root = cache / "_npx"
-    if not root.is_dir():
-        return None
-    for manifest in sorted(root.glob("*/package.json")):
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (data.get("_npx") or {}).get("packages") == [spec]:
-            return manifest.parent
-    return None
-
-
-def _bin_of(package: Path, name: str) -> Path | None:
-    try:
-        data = json.loads((package / "package.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    bins = data.get("bin")
-    if isinstance(bins, str):
-        return package / bins
-    if isinstance(bins, dict) and bins:
-        short = name.rsplit("/", 1)[-1]
-        chosen = bins.get(short) or (next(iter(bins.values())) if len(bins) == 1 else None)
-        return package / chosen if isinstance(chosen, str) else None
-    return None
-
-
 def _npx(
     argv: list[str],
     exe: Path,
@@ -483,19 +426,20 @@ def _npx(
     network: bool,
 ) -> Launch:
     guarded, wrote = paths
-    spec, rest = _npx_spec(argv)
+    read = read_npx(argv)
     node = shutil.which("node", path=env.get("PATH", os.environ.get("PATH")))
-    if spec is None or node is None:
-        why = "no package named" if spec is None else "node is not on the PATH"
+    if read.problem is not None or node is None:
+        why = read.problem if read.problem is not None else "node is not on the PATH"
         return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
-    cache = _npm_cache(env)
-    installed = _npx_installed(cache, spec)
-    name = _package_name(spec)
-    package = installed / "node_modules" / name if installed is not None else None
-    entry = _bin_of(package, name) if package is not None else None
-    if entry is not None and package is not None and not inside(entry.resolve(), package.resolve()):
-        entry = None  # a bin outside its package: its package.json was not written by npm
-    if entry is None or not entry.is_file():
+    cache = npm_cache(env, read.cache)
+    installed = npx_installed(cache, read.packages)
+    found = bin_of(installed, read) if installed is not None else None
+    spec = " ".join(read.packages)
+    if found is None and installed is not None and read.command is not None:
+        why = f"{read.command} is no command of {spec}"
+        return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
+    fetch = " ".join([*(f"-p {p}" for p in read.packages), read.command]) if read.command else spec
+    if found is None:  # not installed, or not as npm installs it
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
             launch = Launch(
@@ -515,12 +459,12 @@ def _npx(
             argv,
             problem=(
                 f"{spec} is not installed in the npm cache ({cache / '_npx'}) and a confined server has "
-                f"no network: run `npx -y {spec} --help </dev/null` once (it installs the package there; "
+                f"no network: run `npx -y {fetch} --help </dev/null` once (it installs the package there; "
                 "a server that ignores --help stops at the end of its input), or set network: any for "
                 "this server"
             ),
         )
-    launch = Launch("npx", [node, str(entry), *rest], _protected=guarded, _writable=wrote)
+    launch = Launch("npx", [node, str(found[1]), *read.args], _protected=guarded, _writable=wrote)
     return _node(launch, Path(node), node, cwd)
 
 
