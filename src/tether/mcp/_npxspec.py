@@ -14,9 +14,20 @@ from pathlib import Path
 # npm's options that take a value as the next word (``--registry URL``): that word is not the
 # package. ``--cache`` names the cache npx installs into.
 _VALUED = frozenset(
-    {"--registry", "--cache", "--userconfig", "--globalconfig", "--prefix", "--loglevel",
-     "--workspace", "-w", "--node-options", "--script-shell", "--scope"}
-)  # fmt: skip
+    [
+        "--registry",
+        "--cache",
+        "--userconfig",
+        "--globalconfig",
+        "--prefix",
+        "--loglevel",
+        "--workspace",
+        "-w",
+        "--node-options",
+        "--script-shell",
+        "--scope",
+    ]
+)
 _SHELL = ("-c", "--call")  # npx runs a shell command line: nothing to read
 
 
