@@ -205,3 +205,87 @@ async def test_the_memory_server_by_npx_package_and_command(tmp_path: Path, npx_
     said = run.seen("mem__read_graph")
     assert said and "entities" in said[0], said
     assert not processes_mentioning(str(tmp_path)), "a server process outlived the run"
+
+
+# -- node's own options naming files (the project's .env, a preload), with cwd the project --
+
+ENV_SERVER_JS = """
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+require("readline").createInterface({ input: process.stdin }).on("line", (line) => {
+  const r = JSON.parse(line);
+  if (r.id === undefined) return;
+  const results = {
+    initialize: { protocolVersion: (r.params || {}).protocolVersion, capabilities: { tools: {} },
+                  serverInfo: { name: "proj", version: "1" } },
+    "tools/list": { tools: [{ name: "token", description: "Says its token.",
+                              inputSchema: { type: "object", properties: {} } }] },
+    "tools/call": { content: [{ type: "text", text: "token=" + (process.env.API_TOKEN || "none") }] },
+  };
+  send({ jsonrpc: "2.0", id: r.id, result: results[r.method] || {} });
+});
+"""
+PRELOAD_JS = 'process.env.API_TOKEN = "from-preload";\n'
+
+
+def _project(tmp_path: Path) -> Path:
+    """A user's own node server: its package, a ``.env``, a preload and a module for ``-r``."""
+    project = tmp_path / "proj"
+    (project / "node_modules" / "envkit").mkdir(parents=True)
+    (project / "package.json").write_text('{"name": "proj", "main": "server.js"}', encoding="utf-8")
+    (project / "server.js").write_text(ENV_SERVER_JS, encoding="utf-8")
+    (project / ".env").write_text("API_TOKEN=from-env-file\n", encoding="utf-8")
+    (project / "setup.js").write_text(PRELOAD_JS, encoding="utf-8")
+    (project / "node_modules" / "envkit" / "config.js").write_text(PRELOAD_JS, encoding="utf-8")
+    return project
+
+
+NODE_FORMS = {
+    "--env-file=": (["node", "--env-file=.env", "server.js"], "from-env-file"),
+    "--env-file": (["node", "--env-file", ".env", "server.js"], "from-env-file"),
+    "-r ./file": (["node", "-r", "./setup.js", "server.js"], "from-preload"),
+    "-r module": (["node", "--require", "envkit/config", "server.js"], "from-preload"),
+    "no .js": (["node", "server"], "none"),
+    "the package": (["node", "."], "none"),
+}
+
+
+@NO_NODE
+@NO_BWRAP
+@pytest.mark.parametrize("form", list(NODE_FORMS))
+async def test_files_nodes_options_name_are_shown_where_they_are_read(tmp_path: Path, form: str) -> None:
+    command, token = NODE_FORMS[form]
+    project = _project(tmp_path)
+    server = {"name": "proj", "command": command, "cwd": str(project), "effects": {"token": "read"}}
+    (tmp_path / "cfg").mkdir()
+    config = write_config(tmp_path / "cfg", [{**server, "timeout_s": 60}])
+    await approve(config, "proj")
+    run = await run_question(config, "Q", script(("proj__token", {}), "done"))
+    said = run.seen("proj__token")
+    assert said and f"token={token}" in said[0], said
+    assert not processes_mentioning(str(tmp_path)), "a server process outlived the run"
+
+
+@NO_NODE
+def test_a_package_main_outside_its_package_is_never_shown(tmp_path: Path) -> None:
+    """``node .`` in a folder whose package.json's main names a host file outside it: nothing
+    outside the package is shown; a main inside it is what runs."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.js").write_text("HOST-PRIVATE-KEY", encoding="utf-8")
+    project = _project(tmp_path)
+    env = {"PATH": os.environ["PATH"]}
+    (project / "package.json").write_text('{"name": "proj", "main": "../secret/key.js"}', encoding="utf-8")
+    launch = resolve_launch(["node", "."], env=env, cwd=project)
+    assert not [p for p in launch.read_only if str(secret) in str(p)], launch.read_only
+    assert launch.argv[1:] == ["."], launch.argv
+    (project / "package.json").write_text('{"name": "proj", "main": "server.js"}', encoding="utf-8")
+    launch = resolve_launch(["node", "."], env=env, cwd=project)
+    assert launch.argv[1].endswith("/server.js") and launch.argv[1] != str(project / "server.js"), launch.argv
+
+
+@NO_NODE
+def test_code_given_to_node_has_no_script_read_from_its_arguments(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    for command in (["node", "-e", "require('./server.js')", "server.js"], ["node", "-p", "1", "setup.js"]):
+        launch = resolve_launch(command, env={"PATH": os.environ["PATH"]}, cwd=project)
+        assert launch.argv[1:] == command[1:] and launch.read_only == [], launch

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.mcp._nodeargs import node_file, read_node
 from tether.mcp._npxspec import bin_of, npm_cache, npx_installed, read_npx
 from tether.mcp._runnable import (
     found,
@@ -228,15 +229,6 @@ def _interpreter_of(exe: Path) -> str | None:
     return words[0] if words[0].startswith("/") else None
 
 
-def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
-    for i, arg in enumerate(argv[1:], start=1):
-        if arg.startswith("-"):
-            continue
-        p = Path(arg) if os.path.isabs(arg) else cwd / arg
-        if p.is_file():
-            yield i, p
-
-
 # Python environments are read from files, never run: a ``.pth`` file's code runs only confined.
 
 
@@ -389,8 +381,12 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
         launch.argv = [node_at, _node_package(launch, exe), *argv[1:]]
         return launch
     launch.argv = [node_at, *argv[1:]]
-    for i, script in list(_script_args(argv, cwd))[:1]:
-        launch.argv[i] = _node_package(launch, script)
+    words = read_node(argv)
+    if words.script is not None and (script := node_file(argv[words.script], cwd, modules=False)):
+        launch.argv[words.script] = _node_package(launch, script)
+    for i, prefix, value in words.files:  # --env-file .env, -r ./setup.js: where they show inside
+        if (named := node_file(value, cwd)) is not None:
+            launch.argv[i] = prefix + _node_package(launch, named)
     return launch
 
 
