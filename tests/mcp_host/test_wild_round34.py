@@ -289,3 +289,25 @@ def test_code_given_to_node_has_no_script_read_from_its_arguments(tmp_path: Path
     for command in (["node", "-e", "require('./server.js')", "server.js"], ["node", "-p", "1", "setup.js"]):
         launch = resolve_launch(command, env={"PATH": os.environ["PATH"]}, cwd=project)
         assert launch.argv[1:] == command[1:] and launch.read_only == [], launch
+
+
+@NO_NODE
+@NO_BWRAP
+async def test_npx_runs_the_projects_own_dependency_before_its_cache(tmp_path: Path) -> None:
+    """``npx kit-client`` in a project with ``kit`` among its dependencies runs the project's, as
+    npx does (not "not installed", with a hint to fetch whatever the registry has under that
+    name); a versioned spec is still looked for in npx's cache."""
+    cache, project = _npx_cache(tmp_path), tmp_path / "proj"
+    shutil.copytree(cache / "_npx" / "5b2dd62b9d0bddd4" / "node_modules", project / "node_modules")
+    (project / "package.json").write_text('{"name": "proj", "dependencies": {"kit": "1"}}', encoding="utf-8")
+    shutil.rmtree(cache)
+    server = {**_server(["npx", "-y", "-p", "kit", "kit-client", "--url", "u"], cache), "cwd": str(project)}
+    (tmp_path / "cfg").mkdir()
+    config = write_config(tmp_path / "cfg", [server])
+    await approve(config, "kit")
+    run = await run_question(config, "Q", script(("kit__whoami", {}), "done"))
+    said = run.seen("kit__whoami")
+    assert said and '"bin":"client.js"' in said[0] and '"args":["--url","u"]' in said[0], said
+    env = {"PATH": os.environ["PATH"], "npm_config_cache": str(cache)}
+    versioned = resolve_launch(["npx", "-y", "kit@2.0.0"], env=env, cwd=project)
+    assert versioned.problem is not None and "npx -y kit@2.0.0 --help" in versioned.problem, versioned

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.mcp._nodeargs import node_file, read_node
-from tether.mcp._npxspec import bin_of, npm_cache, npx_installed, read_npx
+from tether.mcp._npxspec import bin_of, npm_cache, npx_installed, package_name, project_of, read_npx
 from tether.mcp._runnable import (
     found,
     missing_interpreter,
@@ -428,8 +428,11 @@ def _npx(
         why = read.problem if read.problem is not None else "node is not on the PATH"
         return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
     cache = npm_cache(env, read.cache)
+    # As npx: the project's own dependency first (unversioned), then what npx installed.
+    local = project_of(cwd) if all(package_name(p) == p for p in read.packages) else None
     installed = npx_installed(cache, read.packages)
-    found = bin_of(installed, read) if installed is not None else None
+    found = bin_of(local, read) if local is not None else None
+    found = found or (bin_of(installed, read) if installed is not None else None)
     spec = " ".join(read.packages)
     if found is None and installed is not None and read.command is not None:
         why = f"{read.command} is no command of {spec}"

@@ -88,6 +88,15 @@ def package_name(spec: str) -> str:
     return spec[:at] if at > 0 else spec
 
 
+def project_of(cwd: Path) -> Path | None:
+    """The project npx runs in (npm's local prefix): the nearest folder at or above ``cwd`` with
+    a ``package.json`` or ``node_modules``; its dependencies' bins come before npx's cache."""
+    for folder in (cwd, *cwd.parents):
+        if (folder / "package.json").is_file() or (folder / "node_modules").is_dir():
+            return folder
+    return None
+
+
 def npx_installed(cache: Path, specs: list[str]) -> Path | None:
     """The npx install folder holding exactly ``specs`` (npx names it by a hash of the specs)."""
     root = cache / "_npx"
@@ -115,9 +124,10 @@ def _bins(package: Path) -> dict[str, str]:
 
 
 def bin_of(installed: Path, read: NpxCommand) -> tuple[Path, Path] | None:
-    """The package folder and script npx would run: the bin named ``read.command`` of one of the
-    packages, or (no ``-p``) the package's only bin, else the one named like the package. A bin
-    outside its package is no answer: its package.json was not written by npm."""
+    """The package folder and script npx would run from ``installed`` (npx's install folder, or a
+    project): the bin named ``read.command`` of one of the packages, or (no ``-p``) the package's
+    only bin, else the one named like the package. A bin outside its package is no answer: its
+    package.json was not written by npm."""
     for spec in read.packages if read.command is not None else read.packages[:1]:
         package = installed / "node_modules" / package_name(spec)
         bins = _bins(package)
