@@ -1,5 +1,5 @@
-"""Wild servers, round thirty-four: ``npx`` commands as client configs and npm's own docs write
-them, launched confined (``sandbox: auto``, the default) from npx's cache.
+"""Wild servers, round thirty-four: ``npx`` and ``node`` commands as client configs, npm's and
+node's own docs write them, launched confined (``sandbox: auto``, the default).
 
 Found:
 
@@ -13,13 +13,25 @@ Found:
   anyone may publish under that name;
 * an npm option taking a value (``--registry URL``, ``--cache DIR``) had its value taken for the
   package; ``--cache DIR`` (the cache npx installed into) was not where the package was looked
-  for.
+  for;
+* ``npx kit`` in a project with ``kit`` among its dependencies (npx runs the project's) could
+  not start: only npx's cache was looked in, and the hint said to fetch ``kit`` from the
+  registry, whatever is published there under that name;
+* ``node --env-file=.env server.js``, ``node --env-file .env server.js``, ``node -r ./setup.js
+  server.js``, ``node -r dotenv/config server.js``, ``node server`` and ``node .`` with ``cwd``
+  the project could not start: the files node's options name were looked for in the private
+  home confinement starts in, a file given as an option's value was taken for the script, and a
+  script named without ``.js`` or as its package's folder was never found.
 
 npx commands are now read as npx reads them (``mcp/_npxspec.read_npx``): the packages ``-p``
 names in either form, the command a bin of one of them (``mcp/_npxspec.bin_of``), npm options
 with values skipped whole, ``--cache`` honoured. A command no package provides, and ``-c``
 (a shell command line), are named as the server's start failure; the install hint names the
-package with ``-p`` and the command.
+package with ``-p`` and the command; the project's own dependency (an unversioned spec) comes
+before the cache. Node command lines are read as node reads them (``mcp/_nodeargs``): the script
+after options and their values (found as node finds it: ``.js`` added, a folder's package main,
+never one outside the package), and the files ``--env-file``, ``-r``/``--require``, ``--import``
+and ``--loader`` name shown where node reads them; code given by ``-e``/``-p`` has no script.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 Recognised: python (an interpreter, a venv or uv console script by its ``#!``; its installation,
 venv base, ``.pth`` folders and ``PYTHONPATH``, read from files, never by running it), node (the
-installation, the script's package and the ``node_modules`` above it), npx (the package as npx
-installed it, run by node), uvx (uv's cached environment, resolved offline); anything else: the
-executable itself. Each is shown under ``/opt/mcp`` by role, never at its host path, with what
-names host paths rewritten; never a folder holding one of the host's protected paths.
+installation, the script's package and the ``node_modules`` above it, the files node's options
+name: ``_nodeargs``), npx (the bin it names of the project's dependency or the package as npx
+installed it, run by node: ``_npxspec``), uvx (uv's cached environment, resolved offline);
+anything else: the executable itself. Each is shown under ``/opt/mcp`` by role, never at its host
+path, with what names host paths rewritten; never a folder holding one of the host's protected
+paths.
 """
 
 from __future__ import annotations
