@@ -247,7 +247,13 @@ def _project(tmp_path: Path) -> Path:
     (project / "server.js").write_text(ENV_SERVER_JS, encoding="utf-8")
     (project / ".env").write_text("API_TOKEN=from-env-file\n", encoding="utf-8")
     (project / "setup.js").write_text(PRELOAD_JS, encoding="utf-8")
-    (project / "node_modules" / "envkit" / "config.js").write_text(PRELOAD_JS, encoding="utf-8")
+    envkit = project / "node_modules" / "envkit"  # its exports map, as dotenv's: node reads that
+    (envkit / "lib").mkdir()
+    exports = {"./config": {"require": "./lib/require.js", "import": "./lib/import.mjs"}}
+    (envkit / "package.json").write_text(json.dumps({"name": "envkit", "exports": exports}), encoding="utf-8")
+    (envkit / "lib" / "require.js").write_text(PRELOAD_JS.replace("preload", "require"), encoding="utf-8")
+    (envkit / "lib" / "import.mjs").write_text(PRELOAD_JS.replace("preload", "import"), encoding="utf-8")
+    (envkit / "config.js").write_text(PRELOAD_JS.replace("preload", "decoy"), encoding="utf-8")
     return project
 
 
@@ -255,7 +261,8 @@ NODE_FORMS = {
     "--env-file=": (["node", "--env-file=.env", "server.js"], "from-env-file"),
     "--env-file": (["node", "--env-file", ".env", "server.js"], "from-env-file"),
     "-r ./file": (["node", "-r", "./setup.js", "server.js"], "from-preload"),
-    "-r module": (["node", "--require", "envkit/config", "server.js"], "from-preload"),
+    "--require module": (["node", "--require", "envkit/config", "server.js"], "from-require"),
+    "--import module": (["node", "--import=envkit/config", "server.js"], "from-import"),
     "no .js": (["node", "server"], "none"),
     "the package": (["node", "."], "none"),
 }
@@ -293,6 +300,22 @@ def test_a_package_main_outside_its_package_is_never_shown(tmp_path: Path) -> No
     (project / "package.json").write_text('{"name": "proj", "main": "server.js"}', encoding="utf-8")
     launch = resolve_launch(["node", "."], env=env, cwd=project)
     assert launch.argv[1].endswith("/server.js") and launch.argv[1] != str(project / "server.js"), launch.argv
+
+
+@NO_NODE
+def test_an_exports_map_naming_a_file_outside_its_package_shows_nothing(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.js").write_text("HOST-PRIVATE-KEY", encoding="utf-8")
+    project = _project(tmp_path)
+    envkit = project / "node_modules" / "envkit"
+    exports = {"./config": "../../../secret/key.js"}
+    (envkit / "package.json").write_text(json.dumps({"name": "envkit", "exports": exports}), encoding="utf-8")
+    launch = resolve_launch(
+        ["node", "-r", "envkit/config", "server.js"], env={"PATH": os.environ["PATH"]}, cwd=project
+    )
+    assert launch.argv[1:3] == ["-r", "envkit/config"], launch.argv  # left as written: node finds none
+    assert not [p for p in launch.read_only if str(secret) in str(p)], launch.read_only
 
 
 @NO_NODE

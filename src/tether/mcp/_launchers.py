@@ -384,10 +384,10 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
         return launch
     launch.argv = [node_at, *argv[1:]]
     words = read_node(argv)
-    if words.script is not None and (script := node_file(argv[words.script], cwd, modules=False)):
+    if words.script is not None and (script := node_file(argv[words.script], cwd)):
         launch.argv[words.script] = _node_package(launch, script)
-    for i, prefix, value in words.files:  # --env-file .env, -r ./setup.js: where they show inside
-        if (named := node_file(value, cwd)) is not None:
+    for i, prefix, value, condition in words.files:  # --env-file .env, -r dotenv/config: as inside
+        if (named := node_file(value, cwd, condition)) is not None:
             launch.argv[i] = prefix + _node_package(launch, named)
     return launch
 
