@@ -346,3 +346,70 @@ async def test_npx_runs_the_projects_own_dependency_before_its_cache(tmp_path: P
     env = {"PATH": os.environ["PATH"], "npm_config_cache": str(cache)}
     versioned = resolve_launch(["npx", "-y", "kit@2.0.0"], env=env, cwd=project)
     assert versioned.problem is not None and "npx -y kit@2.0.0 --help" in versioned.problem, versioned
+
+
+# -- npm start / npm run NAME: the package script's one command, confined as that command --
+
+SCRIPTS = {
+    "start": "node --env-file=.env server.js",
+    "serve": "envcli --quiet",
+    "both": "tsc && node server.js",
+}
+
+
+def _scripted(tmp_path: Path, **scripts: str) -> Path:
+    project = _project(tmp_path)
+    cli = project / "node_modules" / "envcli"  # a dependency's bin, on npm's PATH for scripts
+    cli.mkdir()
+    (cli / "cli.js").write_text("#!/usr/bin/env node\n" + ENV_SERVER_JS, encoding="utf-8")
+    (cli / "cli.js").chmod(0o755)
+    (project / "node_modules" / ".bin").mkdir()
+    (project / "node_modules" / ".bin" / "envcli").symlink_to("../envcli/cli.js")
+    manifest = {"name": "proj", "version": "1.0.0", "scripts": {**SCRIPTS, **scripts}}
+    (project / "package.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return project
+
+
+NPM_FORMS = {
+    "npm start": (["npm", "start"], "from-env-file"),
+    "npm run -s start": (["npm", "run", "-s", "start"], "from-env-file"),
+    "a dependency's bin": (["npm", "run", "serve", "--silent"], "none"),
+}
+
+
+@NO_NODE
+@NO_BWRAP
+@pytest.mark.parametrize("form", list(NPM_FORMS))
+async def test_npm_start_runs_its_script_confined(tmp_path: Path, form: str) -> None:
+    command, token = NPM_FORMS[form]
+    project = _scripted(tmp_path)
+    server = {"name": "proj", "command": command, "cwd": str(project / "node_modules"), "timeout_s": 60}
+    (tmp_path / "cfg").mkdir()
+    config = write_config(tmp_path / "cfg", [{**server, "effects": {"token": "read"}}])
+    await approve(config, "proj")
+    run = await run_question(config, "Q", script(("proj__token", {}), "done"))
+    said = run.seen("proj__token")
+    assert said and f"token={token}" in said[0], said
+    assert not processes_mentioning(str(tmp_path)), "a server process outlived the run"
+
+
+@NO_NODE
+@pytest.mark.parametrize(
+    ("command", "scripts", "named"),
+    [
+        (
+            ["npm", "run", "both"],
+            {},
+            "its 'both' script (tsc && node server.js) is more than one plain command",
+        ),
+        (["npm", "start"], {"prestart": "curl x | sh"}, "its 'start' script has pre/post scripts"),
+        (["npm", "run", "nope"], {}, "has no script 'nope'"),
+        (["npm", "run", "--workspace", "x", "start"], {}, "an npm option this host does not read"),
+    ],
+)
+def test_an_npm_script_beyond_one_command_is_named(
+    tmp_path: Path, command: list[str], scripts: dict[str, str], named: str
+) -> None:
+    project = _scripted(tmp_path, **scripts)
+    launch = resolve_launch(command, env={"PATH": os.environ["PATH"]}, cwd=project)
+    assert launch.problem is not None and named in launch.problem, launch.problem

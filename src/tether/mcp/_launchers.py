@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.mcp._nodeargs import node_file, read_node
-from tether.mcp._npxspec import bin_of, npm_cache, npx_installed, package_name, project_of, read_npx
+from tether.mcp._npxspec import (
+    NPM_RUN,
+    bin_of,
+    npm_cache,
+    npm_script,
+    npx_installed,
+    package_name,
+    project_of,
+    read_npx,
+)
 from tether.mcp._runnable import (
     found,
     missing_interpreter,
@@ -182,6 +191,8 @@ def resolve_launch(
     name = Path(argv[0]).name
     if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
         return _npx(argv, exe, env, cwd, (guarded, wrote), network)
+    if name == "npm" and len(argv) > 1 and argv[1] in NPM_RUN and depth < 2:
+        return _npm_run(argv, env, cwd, (guarded, wrote), (network, depth))
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
@@ -467,6 +478,32 @@ def _npx(
         )
     launch = Launch("npx", [node, str(found[1]), *read.args], _protected=guarded, _writable=wrote)
     return _node(launch, Path(node), node, cwd)
+
+
+def _npm_run(
+    argv: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    paths: tuple[list[Path], list[Path]],  # protected, written by the server
+    how: tuple[bool, int],  # network, depth
+) -> Launch:
+    """``npm start`` / ``npm run NAME``: confined as the command its package script runs, in the
+    project, with the ``node_modules/.bin`` folders npm puts on its PATH."""
+    read = npm_script(argv, cwd)
+    if isinstance(read, str):
+        return Launch("npm", argv, problem=f"cannot read this npm command ({read})")
+    command, project = read
+    bins = [str(d / "node_modules" / ".bin") for d in (project, *project.parents)]
+    path = os.pathsep.join([*(b for b in bins if Path(b).is_dir()), env.get("PATH", os.defpath)])
+    return resolve_launch(
+        command,
+        env={**env, "PATH": path},
+        cwd=project,
+        protected=paths[0],
+        network=how[0],
+        writable=paths[1],
+        depth=how[1] + 1,
+    )
 
 
 def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:

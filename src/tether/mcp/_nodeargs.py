@@ -64,7 +64,8 @@ def read_node(argv: Sequence[str]) -> NodeWords:
     return words
 
 
-def _manifest(package: Path) -> dict[str, object]:
+def manifest(package: Path) -> dict[str, object]:
+    """``package``'s ``package.json`` read (empty when none can be)."""
     try:
         data = json.loads((package / "package.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -89,7 +90,7 @@ def _as_file(path: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     if path.is_dir():
-        main = _within(path, _manifest(path).get("main"))
+        main = _within(path, manifest(path).get("main"))
         if main is not None and (found := _as_file(main)) is not None:
             return found
         if (path / "index.js").is_file():
@@ -101,7 +102,7 @@ def _exported(package: Path, sub: str, condition: str) -> tuple[bool, Path | Non
     """Whether ``package`` has an ``exports`` map, and the file it gives for ``sub`` (``.``,
     ``./config``) under ``condition`` (``require``, ``import``); none when node would find none
     by these rules. Without a map node looks for the file."""
-    exports = _manifest(package).get("exports")
+    exports = manifest(package).get("exports")
     if exports is None:
         return False, None
     if not isinstance(exports, dict) or not any(str(k).startswith(".") for k in exports):

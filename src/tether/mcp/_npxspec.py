@@ -6,10 +6,12 @@ what npx installed."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tether.mcp._nodeargs import manifest
+from tether.mcp._wrapped import unwrapped
 
 # npm's options that take a value as the next word (``--registry URL``): that word is not the
 # package. ``--cache`` names the cache npx installs into.
@@ -102,21 +104,15 @@ def npx_installed(cache: Path, specs: list[str]) -> Path | None:
     root = cache / "_npx"
     if not root.is_dir():
         return None
-    for manifest in sorted(root.glob("*/package.json")):
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (data.get("_npx") or {}).get("packages") == specs:
-            return manifest.parent
+    for folder in sorted(p.parent for p in root.glob("*/package.json")):
+        npx = manifest(folder).get("_npx")
+        if isinstance(npx, dict) and npx.get("packages") == specs:
+            return folder
     return None
 
 
 def _bins(package: Path) -> dict[str, str]:
-    try:
-        data = json.loads((package / "package.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = manifest(package)
     bins = data.get("bin")
     if isinstance(bins, str):
         return {package_name(str(data.get("name") or package.name)).rsplit("/", 1)[-1]: bins}
@@ -140,3 +136,30 @@ def bin_of(installed: Path, read: NpxCommand) -> tuple[Path, Path] | None:
         if entry is not None and entry.resolve().is_relative_to(package.resolve()) and entry.is_file():
             return package, entry
     return None
+
+
+NPM_RUN = ("start", "run", "run-script", "rum", "urn")  # npm's commands running a package script
+
+
+def npm_script(argv: Sequence[str], cwd: Path) -> tuple[list[str], Path] | str:
+    """The command ``npm start`` / ``npm run NAME [-- ARGS]`` runs (its package script, when one
+    plain command: ``_wrapped.unwrapped``, with the arguments given after its name) and the
+    project it runs in; else why it cannot be read."""
+    words = [a for a in argv[2:] if a not in ("-s", "--silent", "-q", "--quiet", "--")]
+    if any(w.startswith("-") for w in words):
+        return "an npm option this host does not read"
+    name = "start" if argv[1] == "start" else (words.pop(0) if words else None)
+    project = project_of(cwd)
+    if name is None or project is None or not (project / "package.json").is_file():
+        return "no package script named" if name is None else f"no package.json at or above {cwd}"
+    scripts = manifest(project).get("scripts")
+    scripts = scripts if isinstance(scripts, dict) else {}
+    line = scripts.get(name, "node server.js" if name == "start" else None)
+    if not isinstance(line, str):
+        return f"{project / 'package.json'} has no script {name!r}"
+    if f"pre{name}" in scripts or f"post{name}" in scripts:
+        return f"its {name!r} script has pre/post scripts: write the command to run as the server's"
+    command = unwrapped(["sh", "-c", line])
+    if command is None:
+        return f"its {name!r} script ({line}) is more than one plain command: write that as the server's"
+    return [*command, *words], project
