@@ -413,3 +413,25 @@ def test_an_npm_script_beyond_one_command_is_named(
     project = _scripted(tmp_path, **scripts)
     launch = resolve_launch(command, env={"PATH": os.environ["PATH"]}, cwd=project)
     assert launch.problem is not None and named in launch.problem, launch.problem
+
+
+@NO_NODE
+@NO_BWRAP
+async def test_a_package_script_the_server_could_have_written_is_never_followed(tmp_path: Path) -> None:
+    """With the project writable to the server, its next ``npm start`` could run what it wrote
+    there (``node ~/.aws/credentials`` shows that file, and node's error prints it): not started."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "credentials").write_text("HOST-PRIVATE-KEY = 1\n", encoding="utf-8")
+    project = _scripted(tmp_path, start=f"node {secret / 'credentials'}")
+    launch = resolve_launch(
+        ["npm", "start"], env={"PATH": os.environ["PATH"]}, cwd=project, writable=[project]
+    )
+    assert launch.problem is not None and "lies in a folder the server writes" in launch.problem, launch
+    assert not [p for p in launch.read_only if str(secret) in str(p)], launch.read_only
+    server = {"name": "proj", "command": ["npm", "start"], "cwd": str(project), "timeout_s": 60}
+    (tmp_path / "cfg").mkdir()
+    config = write_config(tmp_path / "cfg", [{**server, "sandbox_write": [str(project)]}])
+    run = await run_question(config, "Q", script(("proj__token", {}), "done"))
+    assert "lies in a folder the server writes" in run.summary()["unavailable_servers"]["proj"]
+    assert not processes_mentioning(str(tmp_path)), "a server process outlived the run"

@@ -493,6 +493,9 @@ def _npm_run(
     if isinstance(read, str):
         return Launch("npm", argv, problem=f"cannot read this npm command ({read})")
     command, project = read
+    if any(inside(project.resolve(), w) for w in paths[1]):
+        why = f"{project / 'package.json'} lies in a folder the server writes: it may have written its script"
+        return Launch("npm", argv, problem=f"cannot read this npm command ({why})")
     bins = [str(d / "node_modules" / ".bin") for d in (project, *project.parents)]
     path = os.pathsep.join([*(b for b in bins if Path(b).is_dir()), env.get("PATH", os.defpath)])
     return resolve_launch(
