@@ -21,7 +21,10 @@ Found:
   server.js``, ``node -r dotenv/config server.js``, ``node server`` and ``node .`` with ``cwd``
   the project could not start: the files node's options name were looked for in the private
   home confinement starts in, a file given as an option's value was taken for the script, and a
-  script named without ``.js`` or as its package's folder was never found.
+  script named without ``.js`` or as its package's folder was never found; a module ``-r`` or
+  ``--import`` names was not read through its package's ``exports`` map;
+* ``npm start`` / ``npm run NAME`` (a project's own server, as its README says to start it) could
+  not start: npm read ``package.json`` in the private home.
 
 npx commands are now read as npx reads them (``mcp/_npxspec.read_npx``): the packages ``-p``
 names in either form, the command a bin of one of them (``mcp/_npxspec.bin_of``), npm options
@@ -31,7 +34,11 @@ package with ``-p`` and the command; the project's own dependency (an unversione
 before the cache. Node command lines are read as node reads them (``mcp/_nodeargs``): the script
 after options and their values (found as node finds it: ``.js`` added, a folder's package main,
 never one outside the package), and the files ``--env-file``, ``-r``/``--require``, ``--import``
-and ``--loader`` name shown where node reads them; code given by ``-e``/``-p`` has no script.
+and ``--loader`` name shown where node reads them (a module through its ``exports`` map, never a
+file outside its package); code given by ``-e``/``-p`` has no script. ``npm start`` / ``npm run
+NAME`` is confined as the one plain command its package script runs (``mcp/_npxspec.npm_script``),
+in the project, with its ``node_modules/.bin`` on the PATH; a script of more than one command,
+with pre/post scripts, or in a folder the server writes (it may have written it) is named instead.
 """
 
 from __future__ import annotations
