@@ -286,6 +286,12 @@ def npx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture(scope="session")
+def npx_memory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``npx -y @modelcontextprotocol/server-memory`` run once: the package in npx's cache."""
+    once(tmp_path_factory, "npx-memory")
+
+
+@pytest.fixture(scope="session")
 def uvx_cached(tmp_path_factory: pytest.TempPathFactory) -> None:
     """``uvx mcp-server-time --help`` run once: the package in uv's cache."""
     once(tmp_path_factory, "uvx-time")

@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 
-from published_installs import once
 from tether.cli import main
 from tether.core.stop import StopReason
 from tether.mcp._config import McpConfig
@@ -114,12 +113,6 @@ async def test_a_write_tool_its_config_leaves_undeclared_waits_for_a_person(
     finally:
         approvals.store.close()
     assert sorted(p.name for p in data.iterdir()) == before
-
-
-@pytest.fixture
-def npx_memory(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """``npx -y @modelcontextprotocol/server-memory`` run once: the package in npx's cache."""
-    once(tmp_path_factory, "npx-memory")
 
 
 def _said(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

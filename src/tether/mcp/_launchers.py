@@ -2,15 +2,16 @@
 
 Recognised: python (an interpreter, a venv or uv console script by its ``#!``; its installation,
 venv base, ``.pth`` folders and ``PYTHONPATH``, read from files, never by running it), node (the
-installation, the script's package and the ``node_modules`` above it), npx (the package as npx
-installed it, run by node), uvx (uv's cached environment, resolved offline); anything else: the
-executable itself. Each is shown under ``/opt/mcp`` by role, never at its host path, with what
-names host paths rewritten; never a folder holding one of the host's protected paths.
+installation, the script's package and the ``node_modules`` above it, the files node's options
+name: ``_nodeargs``), npx (the bin it names of the project's dependency or the package as npx
+installed it, run by node: ``_npxspec``), uvx (uv's cached environment, resolved offline);
+anything else: the executable itself. Each is shown under ``/opt/mcp`` by role, never at its host
+path, with what names host paths rewritten; never a folder holding one of the host's protected
+paths.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,6 +20,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tether.mcp._nodeargs import node_file, read_node
+from tether.mcp._npxspec import (
+    NPM_RUN,
+    bin_of,
+    npm_cache,
+    npm_script,
+    npx_installed,
+    package_name,
+    project_of,
+    read_npx,
+)
 from tether.mcp._runnable import (
     found,
     missing_interpreter,
@@ -179,6 +191,8 @@ def resolve_launch(
     name = Path(argv[0]).name
     if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
         return _npx(argv, exe, env, cwd, (guarded, wrote), network)
+    if name == "npm" and len(argv) > 1 and argv[1] in NPM_RUN and depth < 2:
+        return _npm_run(argv, env, cwd, (guarded, wrote), (network, depth))
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
         return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
@@ -226,15 +240,6 @@ def _interpreter_of(exe: Path) -> str | None:
         absolute = re.match(r"""^'''exec' '?(/[^' ]+)""", lines[1])
         return absolute.group(1) if absolute else None
     return words[0] if words[0].startswith("/") else None
-
-
-def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
-    for i, arg in enumerate(argv[1:], start=1):
-        if arg.startswith("-"):
-            continue
-        p = Path(arg) if os.path.isabs(arg) else cwd / arg
-        if p.is_file():
-            yield i, p
 
 
 # Python environments are read from files, never run: a ``.pth`` file's code runs only confined.
@@ -389,8 +394,12 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
         launch.argv = [node_at, _node_package(launch, exe), *argv[1:]]
         return launch
     launch.argv = [node_at, *argv[1:]]
-    for i, script in list(_script_args(argv, cwd))[:1]:
-        launch.argv[i] = _node_package(launch, script)
+    words = read_node(argv)
+    if words.script is not None and (script := node_file(argv[words.script], cwd)):
+        launch.argv[words.script] = _node_package(launch, script)
+    for i, prefix, value, condition in words.files:  # --env-file .env, -r dotenv/config: as inside
+        if (named := node_file(value, cwd, condition)) is not None:
+            launch.argv[i] = prefix + _node_package(launch, named)
     return launch
 
 
@@ -417,63 +426,6 @@ def _node_package(launch: Launch, given: Path) -> str:
     return launch.translate(script) or str(script)
 
 
-def _npm_cache(env: Mapping[str, str]) -> Path:
-    if configured := env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE"):
-        return Path(configured).expanduser()
-    return Path(env.get("HOME") or Path.home()) / ".npm"
-
-
-def _npx_spec(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """The package spec and the arguments given to it."""
-    i = 2 if Path(argv[0]).name == "npm" else 1
-    spec: str | None = None
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-p", "--package") and i + 1 < len(argv):
-            spec = argv[i + 1]
-            i += 2
-        elif arg.startswith("-"):
-            i += 1
-        else:  # with --package, the command is the bin's name
-            return (arg if spec is None else spec), list(argv[i + 1 :])
-    return spec, []
-
-
-def _package_name(spec: str) -> str:
-    at = spec.find("@", 1)
-    return spec[:at] if at > 0 else spec
-
-
-def _npx_installed(cache: Path, spec: str) -> Path | None:
-    """The npx install folder holding exactly ``spec`` (npx names it by a hash of the specs)."""
-    root = cache / "_npx"
-    if not root.is_dir():
-        return None
-    for manifest in sorted(root.glob("*/package.json")):
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (data.get("_npx") or {}).get("packages") == [spec]:
-            return manifest.parent
-    return None
-
-
-def _bin_of(package: Path, name: str) -> Path | None:
-    try:
-        data = json.loads((package / "package.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    bins = data.get("bin")
-    if isinstance(bins, str):
-        return package / bins
-    if isinstance(bins, dict) and bins:
-        short = name.rsplit("/", 1)[-1]
-        chosen = bins.get(short) or (next(iter(bins.values())) if len(bins) == 1 else None)
-        return package / chosen if isinstance(chosen, str) else None
-    return None
-
-
 def _npx(
     argv: list[str],
     exe: Path,
@@ -483,19 +435,23 @@ def _npx(
     network: bool,
 ) -> Launch:
     guarded, wrote = paths
-    spec, rest = _npx_spec(argv)
+    read = read_npx(argv)
     node = shutil.which("node", path=env.get("PATH", os.environ.get("PATH")))
-    if spec is None or node is None:
-        why = "no package named" if spec is None else "node is not on the PATH"
+    if read.problem is not None or node is None:
+        why = read.problem if read.problem is not None else "node is not on the PATH"
         return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
-    cache = _npm_cache(env)
-    installed = _npx_installed(cache, spec)
-    name = _package_name(spec)
-    package = installed / "node_modules" / name if installed is not None else None
-    entry = _bin_of(package, name) if package is not None else None
-    if entry is not None and package is not None and not inside(entry.resolve(), package.resolve()):
-        entry = None  # a bin outside its package: its package.json was not written by npm
-    if entry is None or not entry.is_file():
+    cache = npm_cache(env, read.cache)
+    # As npx: the project's own dependency first (unversioned), then what npx installed.
+    local = project_of(cwd) if all(package_name(p) == p for p in read.packages) else None
+    installed = npx_installed(cache, read.packages)
+    found = bin_of(local, read) if local is not None else None
+    found = found or (bin_of(installed, read) if installed is not None else None)
+    spec = " ".join(read.packages)
+    if found is None and installed is not None and read.command is not None:
+        why = f"{read.command} is no command of {spec}"
+        return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
+    fetch = " ".join([*(f"-p {p}" for p in read.packages), read.command]) if read.command else spec
+    if found is None:  # not installed, or not as npm installs it
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
             launch = Launch(
@@ -515,13 +471,42 @@ def _npx(
             argv,
             problem=(
                 f"{spec} is not installed in the npm cache ({cache / '_npx'}) and a confined server has "
-                f"no network: run `npx -y {spec} --help </dev/null` once (it installs the package there; "
+                f"no network: run `npx -y {fetch} --help </dev/null` once (it installs the package there; "
                 "a server that ignores --help stops at the end of its input), or set network: any for "
                 "this server"
             ),
         )
-    launch = Launch("npx", [node, str(entry), *rest], _protected=guarded, _writable=wrote)
+    launch = Launch("npx", [node, str(found[1]), *read.args], _protected=guarded, _writable=wrote)
     return _node(launch, Path(node), node, cwd)
+
+
+def _npm_run(
+    argv: list[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    paths: tuple[list[Path], list[Path]],  # protected, written by the server
+    how: tuple[bool, int],  # network, depth
+) -> Launch:
+    """``npm start`` / ``npm run NAME``: confined as the command its package script runs, in the
+    project, with the ``node_modules/.bin`` folders npm puts on its PATH."""
+    read = npm_script(argv, cwd)
+    if isinstance(read, str):
+        return Launch("npm", argv, problem=f"cannot read this npm command ({read})")
+    command, project = read
+    if any(inside(project.resolve(), w) for w in paths[1]):
+        why = f"{project / 'package.json'} lies in a folder the server writes: it may have written its script"
+        return Launch("npm", argv, problem=f"cannot read this npm command ({why})")
+    bins = [str(d / "node_modules" / ".bin") for d in (project, *project.parents)]
+    path = os.pathsep.join([*(b for b in bins if Path(b).is_dir()), env.get("PATH", os.defpath)])
+    return resolve_launch(
+        command,
+        env={**env, "PATH": path},
+        cwd=project,
+        protected=paths[0],
+        network=how[0],
+        writable=paths[1],
+        depth=how[1] + 1,
+    )
 
 
 def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:
