@@ -10,6 +10,9 @@ Fixed here:
   endpoint answers ``[{"error": {"code": 400, "message": …, "status": "INVALID_ARGUMENT"}}]``)
   was quoted as Python's repr of the list (``[{'error': {'code': 400, …}}]``), its kind never
   named; it is read as the object it holds, its ``status`` the kind (``_failures.error_body``);
+- a 200 whose body is such a list was "not a JSON object", retried whatever it held (a 400's
+  refusal asked for again); it is the error it holds, final or retried as its code says
+  (``_body._read_json``);
 - a 429 whose rate-limit headers give the reset as a bare number of seconds (Cerebras'
   ``x-ratelimit-reset-tokens-minute: 11.38``), under no limit name (``x-ratelimit-reset``) or
   in the IETF draft's ``ratelimit-reset``/``ratelimit-remaining``, or whose body says when to
@@ -24,6 +27,7 @@ and the same server's normal answer after it is accepted.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -88,6 +92,34 @@ def test_an_error_in_a_list_is_named_by_its_words_not_a_repr(
     busy = Reply(status=503, error_body=google_error(503, "UNAVAILABLE", "The model is overloaded."))
     code, out, bodies = run_turns(
         tmp_path, provider, [busy, Reply.text(ANSWER)], mode=mode, transport=transport
+    )
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
+
+
+@pytest.mark.parametrize(("provider", "transport"), [(p, t) for p in PROVIDERS for t in ("http", "sdk")])
+def test_a_200_holding_an_error_in_a_list_is_that_error(
+    tmp_path: Path, provider: str, transport: str
+) -> None:
+    """A whole answer with status 200 whose body is ``[{"error": {…}}]``: a 400 inside ends the
+    run at once naming it (before: retried as "not a JSON object", the same refusal asked for
+    again); a 503 inside is retried and the next answer accepted."""
+
+    def body(code: int, status: str, message: str) -> Reply:
+        raw = json.dumps(google_error(code, status, message)).encode()
+        return Reply.text(ANSWER, edit=lambda items: [raw])
+
+    bad = body(400, "INVALID_ARGUMENT", "Request contains an invalid argument.")
+    code, out, bodies = run_turns(
+        tmp_path, provider, [bad, bad, Reply.text(ANSWER)], mode="whole", transport=transport
+    )
+    assert (code, out["stop_reason"], len(bodies)) == (7, "model_error", 1), out
+    assert (
+        "reported INVALID_ARGUMENT in a 200 answer: Request contains an invalid argument." in out["message"]
+    ), out
+
+    busy = body(503, "UNAVAILABLE", "The model is overloaded.")
+    code, out, bodies = run_turns(
+        tmp_path, provider, [busy, Reply.text(ANSWER)], mode="whole", transport=transport
     )
     assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
 
