@@ -252,3 +252,54 @@ def test_through_tether_run_a_gateway_reset_is_waited_and_the_answer_accepted(
     assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
     (response,) = [e for e in events if e["kind"] == "model_response"]
     assert response["retries"] == [{"kind": "rate_limited", "attempt": 1, "delay_s": 0.25}], response
+
+
+# -- pinned: already honest --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [("openai-chat", "anthropic"), ("anthropic", "openai-responses"), ("openai-responses", "openai-chat")],
+)
+def test_pinned_a_slow_primary_times_out_and_its_fast_fallback_answers(
+    tmp_path: Path, first: str, then: str
+) -> None:
+    """A chain whose first model answers only after 60 s (past its ``timeout_s`` of 3 s) and
+    whose fallback answers at once: each try of the first is cut at its timeout (two tries, never
+    the server's 60 s), the fallback's tool call runs once and its answer is accepted, exit 0,
+    the switch named with the timeout."""
+    slow = [Reply.text(ANSWER, delay_s=60)] * 3
+    fast = [Reply.calls(("read_order", '{"order_id": "742"}')), Reply.text(ANSWER)]
+    with SERVERS[first](scripted(slow)) as a, SERVERS[then](scripted(fast)) as b:
+        model = {
+            "provider": first,
+            "name": "m-1",
+            "base_url": a.url,
+            "max_retries": 1,
+            "timeout_s": 3,
+            "fallback": [{"provider": then, "name": "m-2", "base_url": b.url, "timeout_s": 20}],
+            "limits": {"deadline_s": 50},
+        }
+        code, out, _ = run_json(tmp_path, model)
+        assert (len(a.bodies()), len(b.bodies())) == (2, 2), (code, out)
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [c["status"] for c in out["calls"]] == ["ok"], out["calls"]
+    (switch,) = out["model_fallbacks"]
+    assert (switch["provider"], switch["to_provider"]) == (first, then), switch
+    assert "did not complete within 3s (gave up after 2 attempts)" in switch["error"], switch
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_pinned_thousands_of_one_character_deltas_are_read_whole(tmp_path: Path, provider: str) -> None:
+    """A call whose arguments come in 2,000 one-character deltas and an answer of 20,000
+    one-character deltas: the call runs with its arguments and the answer is accepted exactly
+    (no figure is asserted; ``bench/`` times such streams)."""
+    arguments = json.dumps({"order_id": "7" * 2000})
+    text = ("Order 742 is open — awaiting part P-17 ✓ " * 500)[:20_000]
+    replies = [
+        Reply.calls(("read_order", arguments), chunks=len(arguments)),
+        Reply.text(text, chunks=len(text)),
+    ]
+    code, out, bodies = run_turns(tmp_path, provider, replies, timeout_s=60)
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", text, 2), out["message"]
+    assert [c["status"] for c in out["calls"]] == ["ok"], out["calls"]
