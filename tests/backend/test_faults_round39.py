@@ -23,6 +23,15 @@ Fixed here:
 
 Each fault ends honestly (a typed stop, non-zero exit, the message naming the server's words)
 and the same server's normal answer after it is accepted.
+
+Probed, already honest; pinned here: a fallback chain whose first model answers only long after
+its ``timeout_s`` (each try cut at the timeout, the fast fallback's call run once and its answer
+accepted); 2,000 one-character argument deltas and 20,000 one-character text deltas (read
+whole, the call run, the answer exact). Probed and left unpinned (already covered by earlier
+rounds or accepted as they should be): dropping, repeating or swapping any one event of a call's
+or an answer's stream on each protocol; Anthropic citations, server-tool, MCP-connector,
+code-execution and redacted-thinking blocks; Responses ``reasoning_text``, code-interpreter,
+web-search, image-generation and file-search items and annotation events; chat annotations.
 """
 
 from __future__ import annotations
