@@ -8,7 +8,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tether.models._failures import unusable
+from tether.models._failures import is_error, unusable
 from tether.models._json import loads
 from tether.models._sse import BOM as _BOM
 from tether.models._sse import declared_over, decoded, too_large
@@ -85,7 +85,8 @@ async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
     """A whole answer's JSON object; anything else is a ``Retryable`` unusable response. JSON
     is read as UTF-8 (or UTF-16/32, told by its first bytes), and only where that fails in the
     charset its ``content-type`` names (``iso-8859-1`` …): a label that a UTF-8 body
-    contradicts, as many servers send, changes nothing."""
+    contradicts, as many servers send, changes nothing. An error object in a one-item list is
+    that object (the caller reports it as the error it is)."""
     raw = await response.read(limit)
     try:
         data = loads(raw)
@@ -97,6 +98,8 @@ async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
             data = None
     except ValueError:
         data = None
+    if isinstance(data, list) and len(data) == 1 and isinstance(data[0], dict) and is_error(data[0]):
+        data = data[0]  # an error object in a one-item list (Google's OpenAI-compatible endpoint)
     if not isinstance(data, dict):
         raise unusable(f"the answer is not a JSON object: {raw[:200]!r}")
     return data

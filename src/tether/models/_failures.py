@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
@@ -107,10 +108,17 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
 # The rate-limit headers a 429 may carry instead of a ``retry-after``: Anthropic's
 # ``anthropic-ratelimit-<limit>-remaining`` / ``-reset`` (an RFC 3339 time) and OpenAI's
 # ``x-ratelimit-remaining-<limit>`` / ``x-ratelimit-reset-<limit>`` (a duration, ``6m0s``).
+# Other gateways write them under no limit's name (``x-ratelimit-reset``) or by the IETF draft
+# (``ratelimit-remaining`` / ``ratelimit-reset``), and a reset as a bare number of seconds
+# (Cerebras' ``x-ratelimit-reset-tokens-minute: 11.38``) or a Unix time.
 _LIMIT_HEADER = re.compile(
-    r"(?:anthropic-ratelimit-(?P<a>[a-z-]+)-(?P<af>remaining|reset)|x-ratelimit-(?P<of>remaining|reset)-(?P<o>[a-z-]+))"
+    r"(?:anthropic-ratelimit-(?P<a>[a-z-]+)-(?P<af>remaining|reset)"
+    r"|x-ratelimit-(?P<of>remaining|reset)(?:-(?P<o>[a-z-]+))?|ratelimit-(?P<if>remaining|reset))"
 )
 _DURATION = re.compile(r"(?:([0-9.]+)h)?(?:([0-9.]+)m(?!s))?(?:([0-9.]+)s)?(?:([0-9.]+)ms)?")
+_NUMBER = re.compile(r"[0-9]{1,16}(?:\.[0-9]{0,9})?")  # a reset as a bare number
+_UNIX_TIME = 1e9  # a bare reset this large is a time (2001 on), not seconds to wait
+_UNIX_MS = 1e12  # … and this large, in milliseconds
 
 
 def rate_reset(headers: Mapping[str, str]) -> float | None:
@@ -121,8 +129,8 @@ def rate_reset(headers: Mapping[str, str]) -> float | None:
     limits: dict[str, dict[str, str]] = {}
     for name, value in headers.items():
         if m := _LIMIT_HEADER.fullmatch(name.lower()):
-            limit = m["a"] or m["o"]
-            limits.setdefault(limit, {})[m["af"] or m["of"]] = str(value).strip()
+            limit = m["a"] or m["o"] or ""
+            limits.setdefault(limit, {})[m["af"] or m["of"] or m["if"]] = str(value).strip()
     spent: list[float] = []
     untold: list[float] = []
     for said in limits.values():
@@ -137,12 +145,18 @@ def rate_reset(headers: Mapping[str, str]) -> float | None:
 
 
 def _reset_in(value: str) -> float | None:
-    """Seconds until a rate limit's reset: an RFC 3339 time (0 once passed) or a duration
-    (``1s``, ``6m0s``, ``20ms``); None when it is neither."""
+    """Seconds until a rate limit's reset: an RFC 3339 time (0 once passed), a duration (``1s``,
+    ``6m0s``, ``20ms``), or a bare number: seconds, or past ``_UNIX_TIME`` a Unix time (in
+    milliseconds past ``_UNIX_MS``; 0 once passed); None when it is none of these."""
     from datetime import UTC, datetime
 
     if not value:
         return None
+    if _NUMBER.fullmatch(value):
+        number = float(value)
+        if number < _UNIX_TIME:
+            return number
+        return max(0.0, (number / 1000 if number >= _UNIX_MS else number) - time.time())
     if (m := _DURATION.fullmatch(value)) and any(m.groups()):
         try:
             h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
@@ -214,6 +228,7 @@ def is_error(data: Mapping[str, object]) -> bool:
 
 
 _STATUS = re.compile(r"[0-9]{3}")  # a status code written as text
+_CANONICAL = re.compile(r"[A-Z]+(?:_[A-Z]+)*")  # a Google status: ``RESOURCE_EXHAUSTED``
 _NO_KIND = frozenset({"error", "None", "null"})  # what names no kind (a proxy writes a null as text)
 
 
@@ -223,14 +238,21 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
     protocols use: ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}``, a
     Responses ``error`` event (``code`` and ``message`` at the top), a bare string. A status
     code written as text (``"code": "503"``, as LiteLLM's proxy writes every code) is that
-    number, as ``503`` is; a kind written ``"None"`` is none."""
-    inner = body.get("error", body) if isinstance(body, dict) else body
+    number, as ``503`` is; a kind written ``"None"`` is none. An error object in a one-item list
+    (Google's OpenAI-compatible endpoint: ``[{"error": {"code": 400, "message": …, "status":
+    "INVALID_ARGUMENT"}}]``) is that object, its ``status`` a kind; any other value is said as
+    itself (text as it is, the rest as JSON), never as Python's repr."""
+    inner = _listed(body)
+    if isinstance(inner, dict):
+        inner = inner.get("error", inner)
     if not isinstance(inner, dict):
-        return None, str(inner)[:500], None
+        return None, (inner if isinstance(inner, str) else _as_json(inner))[:500], None
     names: list[str] = []
     numeric: int | None = None
-    for key in ("type", "code"):
+    for key in ("type", "code", "status"):
         value = inner.get(key)
+        if key == "status" and not (isinstance(value, str) and _CANONICAL.fullmatch(value)):
+            continue  # only Google's canonical codes (``INVALID_ARGUMENT``) name a kind there
         if isinstance(value, str) and _STATUS.fullmatch(value.strip()):  # "503": a code as text (LiteLLM)
             value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -246,6 +268,31 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
     return kind, message, (False if names else None)
 
 
+def _listed(body: object) -> object:
+    """The error a body holds as the only item of a list (or a one-item list's text), else the
+    body."""
+    if isinstance(body, list) and len(body) == 1 and isinstance(body[0], dict | str):
+        return body[0]
+    return body
+
+
+def body_delay(body: object) -> float | None:
+    """The wait an error body says in Google's ``RetryInfo`` (``"details": [{"@type":
+    "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "3s"}]``), as Google's clients
+    read it when no header says one; None when it says none."""
+    inner = _listed(body)
+    inner = inner.get("error", inner) if isinstance(inner, dict) else None
+    details = inner.get("details") if isinstance(inner, dict) else None
+    for detail in details if isinstance(details, list) else ():
+        said = detail.get("retryDelay") if isinstance(detail, dict) else None
+        if isinstance(said, str) and (m := _SECONDS.fullmatch(said.strip())):
+            return float(m.group(1))
+    return None
+
+
+_SECONDS = re.compile(r"([0-9]{1,9}(?:\.[0-9]{0,9})?)s")  # a protobuf Duration in JSON: "3s", "1.5s"
+
+
 def _said(told: object, inner: dict[str, Any]) -> str:
     """What an error object says in words: its message; a list of field errors (FastAPI's
     ``detail: [{"loc": …, "msg": …}]``, a 422) as each field and its message; else the object as
@@ -257,10 +304,21 @@ def _said(told: object, inner: dict[str, Any]) -> str:
         return str(told)
     if not inner:
         return "(no error details given)"
+    return _as_json(told or inner)
+
+
+def _as_json(value: object) -> str:
     try:
-        return json.dumps(told or inner, ensure_ascii=False, default=str)
+        return json.dumps(value, ensure_ascii=False, default=str)
     except (ValueError, RecursionError):  # a circular or too deep object: its repr, bounded above
-        return str(told or inner)
+        return str(value)
+
+
+def _json_or_none(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
 
 
 def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
@@ -304,6 +362,8 @@ class Failures:
         kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
         detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
         err = self._by_status(status, kind, detail, headers)
+        if isinstance(err, Retryable) and err.retry_after is None:  # no header said a wait
+            err.retry_after = body_delay(_json_or_none(body) if isinstance(body, bytes) else body)
         said = str(headers.get("x-should-retry", "")).strip().lower()
         if said == "false" and isinstance(err, Retryable):
             return ModelError(
