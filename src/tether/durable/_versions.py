@@ -96,6 +96,19 @@ def live_workers(conn: Connection) -> list[tuple[Any, Any]]:
     return [(r[0], r[1]) for r in conn.exec_driver_sql(LIVE_WORKERS, (LIVE_S,))]
 
 
+# A draining worker's ``apps``: it takes no new run, so no submission is bound to its version for
+# it and no run is moved to it (``serving`` finds no app there; ``tether runs workers`` says
+# ``draining``). It beats on, so its runs in flight are not recovered under it; a start (of any
+# release, under that executor id) records its apps again.
+DRAINING_APPS = "{}"
+
+
+def draining(conn: Connection, executor_id: str) -> None:
+    conn.exec_driver_sql(
+        "UPDATE tether_workers SET apps = %s WHERE executor_id = %s", (DRAINING_APPS, executor_id)
+    )
+
+
 def serving(workers: Iterable[tuple[Any, Any]], app: str, digest: str | None) -> list[tuple[str, str | None]]:
     """(version, the app's digest there) of the ``LIVE_WORKERS`` rows serving ``app`` (with
     ``digest`` when given)."""

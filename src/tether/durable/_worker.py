@@ -31,7 +31,7 @@ from tether.durable._intake import MOVE_BATCH
 from tether.durable._intake import ensure as ensure_intake
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
-from tether.durable._versions import app_digest, deployment_version_at, version_of
+from tether.durable._versions import DRAINING_APPS, app_digest, deployment_version_at, draining, version_of
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._ledger import _owner
 from tether.runs._checkpoint import checkpoint_tenant
@@ -168,14 +168,16 @@ def _take_over(
 
 
 def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any]]:
-    """Every registered worker with its ``state`` (``alive``, ``stopped``: a clean stop, ``dead``:
+    """Every registered worker with its ``state`` (``alive``, ``draining``: beating, taking no new
+    run, ``stopped``: a clean stop, ``dead``:
     no heartbeat for ``dead_after_s``) and ``silent_s`` (seconds since its last heartbeat)."""
     rows = conn.exec_driver_sql(
         "SELECT executor_id, host, pid, started_at,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL ELSE heartbeat_at END,"  # a clean stop
         " recovered_at, recovered_by, app_version,"
         " CASE WHEN heartbeat_at = '-infinity' THEN 'stopped'"
-        " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead' ELSE 'alive' END,"
+        " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead'"
+        f" WHEN apps = '{DRAINING_APPS}' THEN 'draining' ELSE 'alive' END,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL"
         " ELSE round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float END"
         " FROM tether_workers ORDER BY executor_id",
@@ -402,6 +404,11 @@ class Worker:
     def _drain(self, grace_s: float) -> None:
         self._draining = True  # the background thread only beats from now on
         DRAIN.begin()
+        if self._pg is not None:  # no new run is bound to this version for it (a rollback's newest)
+            try:
+                self._pg.run(draining, self.executor_id)
+            except Exception as err:  # the database is gone: submissions cannot come either
+                self.errors.append(f"drain: {err}")
         log_event("worker_draining", executor=self.executor_id, in_flight=DRAIN.in_flight, grace_s=grace_s)
         deadline = time.monotonic() + grace_s
         while DRAIN.in_flight > 0 and time.monotonic() < deadline:

@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
     mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
     mv.add_argument("run_id")
     mv.add_argument("--to", default="latest", help="a live worker's version, or latest (default)")
-    w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
+    w = acts.add_parser("workers", help="workers and their heartbeats (alive, draining, stopped, dead)")
     w.add_argument(
         "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
     )
