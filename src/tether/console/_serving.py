@@ -4,6 +4,7 @@ connections held open and a bound on what a client may send ahead of its answers
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from tether.console import _app  # its deadlines, read when used (a test shortens them)
@@ -15,6 +16,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "connection_cap",
     "deadline_protocol",
+    "folded_head",
 ]
 
 # Connections the console holds open at most (``connection_cap``): never more than half the
@@ -31,6 +33,18 @@ BURSTS_IN_FLIGHT = 3
 # Bytes a client may send past a request it has sent whole and not yet had the answer to (the
 # next requests, pipelined): past it the connection is read no further until that answer is sent.
 MAX_AHEAD = 64 * 1024
+# A request head's end (h11's: a line break, an optional CR, a line break), and a header line
+# continued on the next (obsolete line folding: a line that begins with a space or a tab).
+_HEAD_END = re.compile(rb"\n\r?\n")
+_FOLDED = re.compile(rb"\n[ \t]")
+FOLDED_HEAD = "obsolete line folding (a header line continued on the next) is not accepted"
+
+
+def folded_head(buffered: bytes) -> bool:
+    """Whether the request head at the start of ``buffered`` (what a connection sent and the
+    parser has not read yet: whole or in part) continues a line on the next (RFC 9112 5.2)."""
+    end = _HEAD_END.search(buffered)
+    return _FOLDED.search(buffered, 0, end.start() + 1 if end else len(buffered)) is not None
 
 
 def connection_cap() -> int:
@@ -66,7 +80,8 @@ class _Deadline(asyncio.Protocol):
     that has not sent a request's whole headers ``REQUEST_DEADLINE`` seconds after it opened (or
     after its last response) is closed (slowloris); the body's deadline is ``Guard``'s; a response
     the client stops reading is cut (``_watch_reads``: a slow read). uvicorn's own 400 (to a
-    request it cannot parse, which the app never sees) carries the console's protective headers.
+    request it cannot parse, which the app never sees) carries the console's protective headers;
+    a request head with a line folded onto the next is one (``_unfolded``).
 
     At most ``cap`` connections are held open: one more closes the connection that has waited
     longest for a request (``_make_room``), never one whose request is being served: a stranger's
@@ -78,6 +93,7 @@ class _Deadline(asyncio.Protocol):
     cap: int
     held: dict[Any, None]  # the server's open connections, the longest waiting first
     # uvicorn's protocol's own
+    conn: Any
     cycle: Any
     transport: Any
     loop: Any
@@ -86,6 +102,7 @@ class _Deadline(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._ahead = 0
+        self.conn.next_event = self._unfolded(self.conn.next_event)
         self.flow.resume_reading = self._resume_reading(self.flow.resume_reading)
         self._arm()
         if len(self.held) > self.cap:
@@ -102,6 +119,25 @@ class _Deadline(asyncio.Protocol):
             if self._ahead > MAX_AHEAD:
                 self.flow.pause_reading()
         super().data_received(data)
+
+    def _unfolded(self, next_event: Any) -> Any:
+        """h11's ``next_event``, which refuses a request head with a folded line (``folded_head``)
+        before reading it, as a protocol error (uvicorn's 400, ``send_400_response``, the
+        connection closed), each head a connection sends, pipelined ones too. h11 read a fold as
+        a space: ``X: a`` then `` Transfer-Encoding: chunked`` was one header ``X`` here, while a
+        proxy in front that reads the second line as a header of its own frames the body by
+        chunks where the console read its ``Content-Length`` (request smuggling, past ``Guard``'s
+        refusal of a request framed both ways, which never saw the second framing)."""
+        import h11
+
+        conn = self.conn
+
+        def checked() -> Any:
+            if conn.their_state is h11.IDLE and folded_head(conn.trailing_data[0]):
+                raise h11.RemoteProtocolError(FOLDED_HEAD)
+            return next_event()
+
+        return checked
 
     def _resume_reading(self, resume: Any) -> Any:
         """``FlowControl.resume_reading``, which does nothing while the client is ``MAX_AHEAD``
