@@ -16,7 +16,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "connection_cap",
     "deadline_protocol",
-    "folded_head",
+    "read_two_ways",
 ]
 
 # Connections the console holds open at most (``connection_cap``): never more than half the
@@ -33,18 +33,21 @@ BURSTS_IN_FLIGHT = 3
 # Bytes a client may send past a request it has sent whole and not yet had the answer to (the
 # next requests, pipelined): past it the connection is read no further until that answer is sent.
 MAX_AHEAD = 64 * 1024
-# A request head's end (h11's: a line break, an optional CR, a line break), and a header line
-# continued on the next (obsolete line folding: a line that begins with a space or a tab).
+# A request head's end (h11's: a line break, an optional CR, a line break), and what in a head
+# two parsers read two ways: a header line continued on the next (obsolete line folding: a line
+# that begins with a space or a tab), and a line ended by a bare line feed.
 _HEAD_END = re.compile(rb"\n\r?\n")
-_FOLDED = re.compile(rb"\n[ \t]")
-FOLDED_HEAD = "obsolete line folding (a header line continued on the next) is not accepted"
+_TWO_READINGS = re.compile(rb"\n[ \t]|(?<!\r)\n")
+TWO_READINGS = "a request head's lines end with CRLF and none is folded onto the next (RFC 9112 2.2, 5.2)"
 
 
-def folded_head(buffered: bytes) -> bool:
+def read_two_ways(buffered: bytes) -> bool:
     """Whether the request head at the start of ``buffered`` (what a connection sent and the
-    parser has not read yet: whole or in part) continues a line on the next (RFC 9112 5.2)."""
+    parser has not read yet: whole or in part) ends a line with a bare line feed or continues a
+    line on the next: what h11 takes (RFC 9112 lets a recipient), and a proxy in front may read
+    otherwise."""
     end = _HEAD_END.search(buffered)
-    return _FOLDED.search(buffered, 0, end.start() + 1 if end else len(buffered)) is not None
+    return _TWO_READINGS.search(buffered, 0, end.start() + 1 if end else len(buffered)) is not None
 
 
 def connection_cap() -> int:
@@ -81,7 +84,7 @@ class _Deadline(asyncio.Protocol):
     after its last response) is closed (slowloris); the body's deadline is ``Guard``'s; a response
     the client stops reading is cut (``_watch_reads``: a slow read). uvicorn's own 400 (to a
     request it cannot parse, which the app never sees) carries the console's protective headers;
-    a request head with a line folded onto the next is one (``_unfolded``).
+    a request head that may be read two ways is one (``_read_once``).
 
     At most ``cap`` connections are held open: one more closes the connection that has waited
     longest for a request (``_make_room``), never one whose request is being served: a stranger's
@@ -102,7 +105,7 @@ class _Deadline(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._ahead = 0
-        self.conn.next_event = self._unfolded(self.conn.next_event)
+        self.conn.next_event = self._read_once(self.conn.next_event)
         self.flow.resume_reading = self._resume_reading(self.flow.resume_reading)
         self._arm()
         if len(self.held) > self.cap:
@@ -120,21 +123,23 @@ class _Deadline(asyncio.Protocol):
                 self.flow.pause_reading()
         super().data_received(data)
 
-    def _unfolded(self, next_event: Any) -> Any:
-        """h11's ``next_event``, which refuses a request head with a folded line (``folded_head``)
-        before reading it, as a protocol error (uvicorn's 400, ``send_400_response``, the
-        connection closed), each head a connection sends, pipelined ones too. h11 read a fold as
-        a space: ``X: a`` then `` Transfer-Encoding: chunked`` was one header ``X`` here, while a
-        proxy in front that reads the second line as a header of its own frames the body by
-        chunks where the console read its ``Content-Length`` (request smuggling, past ``Guard``'s
-        refusal of a request framed both ways, which never saw the second framing)."""
+    def _read_once(self, next_event: Any) -> Any:
+        """h11's ``next_event``, which refuses a request head that a proxy in front may read
+        otherwise (``read_two_ways``) before reading it, as a protocol error (uvicorn's 400,
+        ``send_400_response``, the connection closed), each head a connection sends, pipelined
+        ones too. h11 read a fold as a space and a bare line feed as a line's end: ``X: a`` then
+        `` Transfer-Encoding: chunked`` was one header ``X`` here, while a proxy that reads the
+        second line as a header of its own frames the body by chunks where the console read its
+        ``Content-Length``, and ``X: a`` then a bare line feed then ``Content-Length: 40`` gave
+        the console a body that a proxy which ends lines at CRLF only sends on as the next request
+        (request smuggling, past ``Guard``'s refusal of a request framed both ways)."""
         import h11
 
         conn = self.conn
 
         def checked() -> Any:
-            if conn.their_state is h11.IDLE and folded_head(conn.trailing_data[0]):
-                raise h11.RemoteProtocolError(FOLDED_HEAD)
+            if conn.their_state is h11.IDLE and read_two_ways(conn.trailing_data[0]):
+                raise h11.RemoteProtocolError(TWO_READINGS)
             return next_event()
 
         return checked
