@@ -41,13 +41,15 @@ _TWO_READINGS = re.compile(rb"\n[ \t]|(?<!\r)\n")
 TWO_READINGS = "a request head's lines end with CRLF and none is folded onto the next (RFC 9112 2.2, 5.2)"
 
 
-def read_two_ways(buffered: bytes) -> bool:
+def read_two_ways(buffered: bytes, start: int = 0) -> bool:
     """Whether the request head at the start of ``buffered`` (what a connection sent and the
     parser has not read yet: whole or in part) ends a line with a bare line feed or continues a
     line on the next: what h11 takes (RFC 9112 lets a recipient), and a proxy in front may read
-    otherwise."""
-    end = _HEAD_END.search(buffered)
-    return _TWO_READINGS.search(buffered, 0, end.start() + 1 if end else len(buffered)) is not None
+    otherwise. ``start``: the length of the part of this head found clean before (the bytes of
+    a head sent in pieces are each searched about once)."""
+    begin = max(0, start - 2)  # a line break or a head's end across the two parts
+    end = _HEAD_END.search(buffered, begin)
+    return _TWO_READINGS.search(buffered, begin, end.start() + 1 if end else len(buffered)) is not None
 
 
 def connection_cap() -> int:
@@ -135,12 +137,19 @@ class _Deadline(asyncio.Protocol):
         (request smuggling, past ``Guard``'s refusal of a request framed both ways)."""
         import h11
 
-        conn = self.conn
+        conn, clean = self.conn, 0  # of the head coming in, the bytes found clean
 
         def checked() -> Any:
-            if conn.their_state is h11.IDLE and read_two_ways(conn.trailing_data[0]):
-                raise h11.RemoteProtocolError(TWO_READINGS)
-            return next_event()
+            nonlocal clean
+            if conn.their_state is h11.IDLE:
+                buffered = conn.trailing_data[0]
+                if read_two_ways(buffered, clean):
+                    raise h11.RemoteProtocolError(TWO_READINGS)
+                clean = len(buffered)
+            event = next_event()
+            if event is not h11.NEED_DATA:  # what was read is gone from the buffer
+                clean = 0
+            return event
 
         return checked
 
