@@ -52,6 +52,26 @@ def read_two_ways(buffered: bytes, start: int = 0) -> bool:
     return _TWO_READINGS.search(buffered, begin, end.start() + 1 if end else len(buffered)) is not None
 
 
+# A chunked body's last chunk (its size zero, h11's chunk header), after what h11 has left of the
+# line break that ends the chunk before (h11 reads it with the next chunk's header): the trailer
+# section follows.
+_LAST_CHUNK = re.compile(rb"(?:\r?\n)?0{1,20}(?:;[^\r\n]*)?[ \t]*\r\n")
+
+
+def trailer_read_two_ways(buffered: bytes, start: int = 0) -> bool:
+    """For a chunked body's next chunk header at the start of ``buffered``: whether it is the last
+    chunk and its trailer section (whole or in part) is read two ways as ``read_two_ways`` says
+    of a head, its end a bare line feed too (h11 ended the body there, and read what followed as
+    the next request, where a proxy that ends lines at CRLF only read on in the trailers)."""
+    last = _LAST_CHUNK.match(buffered)
+    if last is None:
+        return False
+    trailer = buffered[last.end() :]
+    if trailer[:2] == b"\r\n":
+        return False  # no trailers: the body's end
+    return trailer[:1] == b"\n" or read_two_ways(trailer, max(0, start - last.end()))
+
+
 def connection_cap() -> int:
     """The connections ``tether serve`` holds open at once: ``MAX_CONNECTIONS``, or half of the
     process's open-file limit (``RLIMIT_NOFILE``, often 1024), less the ``BURSTS_IN_FLIGHT``
@@ -78,6 +98,18 @@ def deadline_protocol(max_connections: int | None = None) -> type[asyncio.Protoc
 
     cap = connection_cap() if max_connections is None else max_connections
     return type("Deadline", (_Deadline, H11Protocol), {"cap": cap, "held": {}})
+
+
+def _chunk_next(event: Any, before: bool) -> bool:
+    """Whether a chunk header is next in a request's body after h11's ``event``: after a chunked
+    request's head, and after a chunk's last data."""
+    import h11
+
+    if isinstance(event, h11.Request):
+        return any(name == b"transfer-encoding" for name, _ in event.headers)
+    if isinstance(event, h11.Data):
+        return bool(event.chunk_end)
+    return before if event is h11.PAUSED else False
 
 
 class _Deadline(asyncio.Protocol):
@@ -129,7 +161,8 @@ class _Deadline(asyncio.Protocol):
         """h11's ``next_event``, which refuses a request head that a proxy in front may read
         otherwise (``read_two_ways``) before reading it, as a protocol error (uvicorn's 400,
         ``send_400_response``, the connection closed), each head a connection sends, pipelined
-        ones too. h11 read a fold as a space and a bare line feed as a line's end: ``X: a`` then
+        ones too, and a chunked body's trailer section so read (``trailer_read_two_ways``). h11
+        read a fold as a space and a bare line feed as a line's end: ``X: a`` then
         `` Transfer-Encoding: chunked`` was one header ``X`` here, while a proxy that reads the
         second line as a header of its own frames the body by chunks where the console read its
         ``Content-Length``, and ``X: a`` then a bare line feed then ``Content-Length: 40`` gave
@@ -137,18 +170,22 @@ class _Deadline(asyncio.Protocol):
         (request smuggling, past ``Guard``'s refusal of a request framed both ways)."""
         import h11
 
-        conn, clean = self.conn, 0  # of the head coming in, the bytes found clean
+        conn = self.conn
+        clean, at_chunk = 0, False  # the bytes found clean; whether a chunk header comes next
 
         def checked() -> Any:
-            nonlocal clean
-            if conn.their_state is h11.IDLE:
+            nonlocal clean, at_chunk
+            state = conn.their_state
+            if state is h11.IDLE or (state is h11.SEND_BODY and at_chunk):
                 buffered = conn.trailing_data[0]
-                if read_two_ways(buffered, clean):
+                check = read_two_ways if state is h11.IDLE else trailer_read_two_ways
+                if check(buffered, clean):
                     raise h11.RemoteProtocolError(TWO_READINGS)
                 clean = len(buffered)
             event = next_event()
             if event is not h11.NEED_DATA:  # what was read is gone from the buffer
                 clean = 0
+                at_chunk = _chunk_next(event, at_chunk)
             return event
 
         return checked
