@@ -1,5 +1,6 @@
 """How ``tether serve`` holds its connections: uvicorn's HTTP protocol with deadlines, a cap on the
-connections held open and a bound on what a client may send ahead of its answers."""
+connections held open, a bound on what a client may send ahead of its answers, and request heads
+(and chunked trailers) taken only where they read one way (``read_two_ways``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ __all__ = [
     "connection_cap",
     "deadline_protocol",
     "read_two_ways",
+    "trailer_read_two_ways",
+    "trailer_two_ways",
 ]
 
 # Connections the console holds open at most (``connection_cap``): never more than half the
@@ -56,20 +59,24 @@ def read_two_ways(buffered: bytes, start: int = 0) -> bool:
 # line break that ends the chunk before (h11 reads it with the next chunk's header): the trailer
 # section follows.
 _LAST_CHUNK = re.compile(rb"(?:\r?\n)?0{1,20}(?:;[^\r\n]*)?[ \t]*\r\n")
+_CHUNK_HEADER = re.compile(rb"(?:\r?\n)?(?P<size>[0-9A-Fa-f]{1,20})(?:;[^\r\n]*)?[ \t]*\r\n")
 
 
 def trailer_read_two_ways(buffered: bytes, start: int = 0) -> bool:
     """For a chunked body's next chunk header at the start of ``buffered``: whether it is the last
-    chunk and its trailer section (whole or in part) is read two ways as ``read_two_ways`` says
-    of a head, its end a bare line feed too (h11 ended the body there, and read what followed as
-    the next request, where a proxy that ends lines at CRLF only read on in the trailers)."""
+    chunk and its trailer section (whole or in part) is read two ways (``trailer_two_ways``)."""
     last = _LAST_CHUNK.match(buffered)
-    if last is None:
-        return False
-    trailer = buffered[last.end() :]
+    return last is not None and trailer_two_ways(buffered[last.end() :], max(0, start - last.end()))
+
+
+def trailer_two_ways(trailer: bytes, start: int = 0) -> bool:
+    """Whether a chunked body's trailer section at the start of ``trailer`` is read two ways as
+    ``read_two_ways`` says of a head, or ends with a bare line feed (h11 ended the body there,
+    and read what followed as the next request, where a proxy that ends lines at CRLF only read
+    on in the trailers)."""
     if trailer[:2] == b"\r\n":
         return False  # no trailers: the body's end
-    return trailer[:1] == b"\n" or read_two_ways(trailer, max(0, start - last.end()))
+    return trailer[:1] == b"\n" or read_two_ways(trailer, start)
 
 
 def connection_cap() -> int:
@@ -100,16 +107,52 @@ def deadline_protocol(max_connections: int | None = None) -> type[asyncio.Protoc
     return type("Deadline", (_Deadline, H11Protocol), {"cap": cap, "held": {}})
 
 
-def _chunk_next(event: Any, before: bool) -> bool:
-    """Whether a chunk header is next in a request's body after h11's ``event``: after a chunked
-    request's head, and after a chunk's last data."""
+class _OneReading:
+    """h11's ``next_event`` for one connection (``_Deadline._read_once``): before h11 reads a
+    request head, or a chunked body's last chunk and trailer section, what it has buffered of
+    them is searched (``read_two_ways``, ``trailer_read_two_ways``, ``trailer_two_ways``), each
+    byte about once (``clean``: the bytes at the buffer's start found clean), and one read two
+    ways is a protocol error (uvicorn's 400)."""
+
+    def __init__(self, conn: Any, next_event: Any) -> None:
+        self.conn, self.next_event = conn, next_event
+        self.clean = 0
+        self.part = ""  # of a chunked body: "chunk" (a chunk header next), "trailer", or ""
+
+    def __call__(self) -> Any:
+        import h11
+
+        state, part = self.conn.their_state, self.part
+        body = state is h11.SEND_BODY and part != ""
+        buffered = self.conn.trailing_data[0] if state is h11.IDLE or body else None
+        if buffered is not None:
+            check = read_two_ways if state is h11.IDLE else _CHECKS[part]
+            if check(buffered, self.clean):
+                raise h11.RemoteProtocolError(TWO_READINGS)
+        event = self.next_event()
+        if event is not h11.NEED_DATA:  # what was read is gone from the buffer
+            self.clean, self.part = 0, _part_after(event, part)
+        elif buffered is not None:  # h11 may have read the last chunk's header, not yet its trailers
+            left = self.conn.trailing_data[0]
+            header = _CHUNK_HEADER.match(buffered) if part == "chunk" else None
+            if header is not None and len(buffered) - len(left) >= header.end():  # read: data next
+                self.part = "trailer" if header["size"].strip(b"0") == b"" else ""
+            self.clean = len(left)  # all of it searched: what is left of the buffered bytes
+        return event
+
+
+_CHECKS = {"chunk": trailer_read_two_ways, "trailer": trailer_two_ways}
+
+
+def _part_after(event: Any, before: str) -> str:
+    """The part of a chunked request body next after h11's ``event`` (``_OneReading.part``)."""
     import h11
 
     if isinstance(event, h11.Request):
-        return any(name == b"transfer-encoding" for name, _ in event.headers)
+        return "chunk" if any(name == b"transfer-encoding" for name, _ in event.headers) else ""
     if isinstance(event, h11.Data):
-        return bool(event.chunk_end)
-    return before if event is h11.PAUSED else False
+        return "chunk" if event.chunk_end else ""
+    return before if event is h11.PAUSED else ""
 
 
 class _Deadline(asyncio.Protocol):
@@ -168,27 +211,7 @@ class _Deadline(asyncio.Protocol):
         ``Content-Length``, and ``X: a`` then a bare line feed then ``Content-Length: 40`` gave
         the console a body that a proxy which ends lines at CRLF only sends on as the next request
         (request smuggling, past ``Guard``'s refusal of a request framed both ways)."""
-        import h11
-
-        conn = self.conn
-        clean, at_chunk = 0, False  # the bytes found clean; whether a chunk header comes next
-
-        def checked() -> Any:
-            nonlocal clean, at_chunk
-            state = conn.their_state
-            if state is h11.IDLE or (state is h11.SEND_BODY and at_chunk):
-                buffered = conn.trailing_data[0]
-                check = read_two_ways if state is h11.IDLE else trailer_read_two_ways
-                if check(buffered, clean):
-                    raise h11.RemoteProtocolError(TWO_READINGS)
-                clean = len(buffered)
-            event = next_event()
-            if event is not h11.NEED_DATA:  # what was read is gone from the buffer
-                clean = 0
-                at_chunk = _chunk_next(event, at_chunk)
-            return event
-
-        return checked
+        return _OneReading(self.conn, next_event)
 
     def _resume_reading(self, resume: Any) -> Any:
         """``FlowControl.resume_reading``, which does nothing while the client is ``MAX_AHEAD``
