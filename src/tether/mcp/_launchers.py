@@ -39,7 +39,7 @@ from tether.mcp._runnable import (
     unrunnable,
     which,
 )
-from tether.mcp._wrapped import module_in_cwd, script_command, unwrapped
+from tether.mcp._wrapped import module_in_cwd, script_command, server_file, unwrapped
 
 __all__ = [
     "NEVER_SEEN",
@@ -365,8 +365,18 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
         at = launch.show(script, "bin", at=at)
     elif at is None:
         at = launch.show(script, f"bin/{script.name}")
-    launch.argv = [python_at, at or str(script), *argv[1:]]
+    launch.argv = [python_at, at or str(script), *(_show_server_file(launch, a, cwd) for a in argv[1:])]
     return launch
+
+
+def _show_server_file(launch: Launch, arg: str, cwd: Path) -> str:
+    """``arg`` as the console script sees it inside: a server file it names (``mcp run
+    server.py``) shown read-only, alone, as ``python server.py``'s is; a link to it in a folder
+    the server writes is never followed."""
+    if (named := server_file(arg, cwd)) is None or (real := launch.follow(named[0])) is None:
+        return arg
+    at = launch.show(real, f"bin/{real.name}")
+    return arg if at is None else at + named[1]
 
 
 def _show_module(launch: Launch, module: Path) -> None:

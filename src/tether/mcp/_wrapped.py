@@ -7,6 +7,10 @@
   ``~``, assignments) is left as it is: only a shell could say what it runs.
 * A shell script of one plain command (a wrapper ``#!/bin/sh`` then ``exec python server.py
   "$@"``) runs that command with the script's arguments (``script_command``).
+* ``mcp run server.py``, ``fastmcp run server.py:app`` (a console script given a server file,
+  as the SDKs' runners are): the ``.py`` file each argument names (before a ``:object``) is what
+  the launch names there, and is shown read-only, alone, as ``python server.py``'s is
+  (``server_file``).
 * ``python -m pkg.mod`` imports ``pkg`` from its working folder first (Python puts it at the
   head of ``sys.path``): that package (or ``pkg.py``) is what the launch names there, and is
   shown read-only, never the folder around it (``module_in_cwd``).
@@ -19,7 +23,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["module_in_cwd", "script_command", "unwrapped"]
+__all__ = ["module_in_cwd", "script_command", "server_file", "unwrapped"]
 
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 # Anything beyond words and quotes: a variable, a command list, a pipe, a redirection, a glob,
@@ -73,6 +77,20 @@ def script_command(script: Path, argv: Sequence[str]) -> list[str] | None:
 
 
 _MAX_SCRIPT = 4096
+
+
+def server_file(arg: str, cwd: Path) -> tuple[Path, str] | None:
+    """The ``.py`` file a runner's argument names (``server.py``, ``app/server.py:mcp``; relative
+    to ``cwd``) and what follows it (``:mcp``); ``None`` for an option or any other argument."""
+    if arg.startswith("-"):
+        return None
+    path, sep, obj = arg.rpartition(":")
+    if not (sep and path.endswith(".py") and _MODULE.match(obj)):
+        path, obj = arg, ""
+    if not path.endswith(".py"):
+        return None
+    file = Path(path) if Path(path).is_absolute() else cwd / path
+    return (file, f":{obj}" if obj else "") if file.is_file() else None
 
 
 def module_in_cwd(argv: Sequence[str], cwd: Path) -> Path | None:
