@@ -10,6 +10,13 @@ argument naming a ``.py`` file (relative to ``cwd``, with or without a ``:object
 read-only, alone, as ``python server.py``'s script is (``mcp/_wrapped.server_file``): nothing
 else of its folder, and never through a link in a folder the server writes.
 
+Found: ``uv --directory PROJECT run server.py`` (the MCP quickstart's launch, in Claude
+Desktop's config) could not start confined: uv itself was shown and run, and found neither the
+project nor its cache. It is now confined as what it runs, the project's ``.venv`` interpreter on
+the script (or the venv's console script), once ``uv sync`` has made the venv
+(``mcp/_wrapped.uv_run``); a run with an environment uv builds for it (``--with``, ``--isolated``)
+is left as it was.
+
 Held (checked here): the tool output comes back labelled untrusted with its terminal escapes
 removed; no server process outlives the run.
 """
@@ -17,8 +24,10 @@ removed; no server process outlives the run.
 from __future__ import annotations
 
 import shutil
+import site
 import subprocess
 import sys
+import venv
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +38,7 @@ from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
 from tether.mcp import review_server
 from tether.mcp._sandbox import bwrap_status
-from tether.mcp._wrapped import server_file
+from tether.mcp._wrapped import server_file, uv_run
 from tether.mcphost._runner import run_question
 
 from .conftest import approve, processes_mentioning, script, write_config
@@ -193,3 +202,48 @@ async def test_uvx_mcp_run_of_a_server_file_starts_confined(tmp_path: Path, uvx_
     review, run = await _served(tmp_path, _entry(command, project))
     _held(review, run, project)
     assert review.launch["launcher"] == "uvx"
+
+
+def _uv_project(tmp_path: Path) -> Path:
+    """A project as ``uv init`` then ``uv sync`` leave it: ``pyproject.toml`` and ``.venv``, the
+    SDK reached through a ``.pth`` file (offline: this test's own site-packages)."""
+    project = _project(tmp_path)
+    (project / "pyproject.toml").write_text('[project]\nname = "w"\nversion = "0"\n', encoding="utf-8")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(project / ".venv")
+    sites = list((project / ".venv" / "lib").glob("python3*/site-packages"))
+    (sites[0] / "sdk.pth").write_text("\n".join(site.getsitepackages()) + "\n", encoding="utf-8")
+    return project
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_BWRAP, reason="bubblewrap is not available")
+async def test_uv_run_in_a_project_starts_confined_as_its_venv(tmp_path: Path) -> None:
+    project = _uv_project(tmp_path)
+    command = ["uv", "--directory", str(project), "run", "server.py"]
+    review, run = await _served(tmp_path, _entry(command, tmp_path))
+    _held(review, run, project)
+    assert str(project / ".venv") in review.launch["read_only"]
+
+
+def test_what_uv_run_runs(tmp_path: Path) -> None:
+    (tmp_path / "p" / ".venv" / "bin").mkdir(parents=True)
+    project, bin_ = tmp_path / "p", tmp_path / "p" / ".venv" / "bin"
+    (project / "pyproject.toml").write_text("", encoding="utf-8")
+    (project / ".venv" / "pyvenv.cfg").write_text("", encoding="utf-8")
+    (bin_ / "srv").write_text("", encoding="utf-8")
+    python = str(bin_ / "python")
+    assert uv_run(["uv", "--directory", str(project), "run", "s.py", "-v"], tmp_path) == (
+        [python, "s.py", "-v"],
+        project,
+    )
+    assert uv_run(["uv", "run", "--project=p", "--frozen", "srv", "x"], tmp_path) == (
+        [str(bin_ / "srv"), "x"],
+        tmp_path,
+    )
+    assert uv_run(["uv", "run", "--quiet", "s.py"], project) == ([python, "s.py"], project)
+    assert uv_run(["uv", "run", "--with", "mcp", "s.py"], project) is None  # uv builds that one
+    assert uv_run(["uv", "run", "--isolated", "s.py"], project) is None
+    assert uv_run(["uv", "run", "nothere"], project) is None
+    assert uv_run(["uv", "run", "s.py"], tmp_path) is None  # no project
+    assert uv_run(["uv", "sync"], project) is None
+    assert uv_run(["uvx", "run", "s.py"], project) is None

@@ -39,7 +39,7 @@ from tether.mcp._runnable import (
     unrunnable,
     which,
 )
-from tether.mcp._wrapped import module_in_cwd, script_command, server_file, unwrapped
+from tether.mcp._wrapped import module_in_cwd, script_command, server_file, unwrapped, uv_run
 
 __all__ = [
     "NEVER_SEEN",
@@ -185,6 +185,16 @@ def resolve_launch(
     guarded = [Path(p).resolve() for p in protected]
     wrote = [Path(w).resolve() for w in writable]
     argv = unwrapped(argv) or list(argv)  # a shell running one plain command: that command
+    if depth < 2 and (in_venv := uv_run(argv, cwd)) is not None:  # a uv project's venv: its command
+        return resolve_launch(
+            in_venv[0],
+            env=env,
+            cwd=in_venv[1],
+            protected=guarded,
+            network=network,
+            writable=wrote,
+            depth=depth + 1,
+        )
     exe = which(argv[0], env, cwd)
     if exe is None:
         return Launch("unknown", argv, problem=not_found(argv[0]))

@@ -11,6 +11,11 @@
   as the SDKs' runners are): the ``.py`` file each argument names (before a ``:object``) is what
   the launch names there, and is shown read-only, alone, as ``python server.py``'s is
   (``server_file``).
+* ``uv --directory PROJECT run server.py`` (the MCP quickstart's launch) runs the project's
+  ``.venv`` interpreter on the script, or the venv's console script (``uv run mcp-server``): it is
+  confined as that command, once ``uv sync`` has made the venv (``uv_run``). A run with an
+  environment uv builds for it (``--with``, ``--isolated``, ``--script``, ``--no-project``, another
+  ``--python``) is left as it is: only uv could say what it runs.
 * ``python -m pkg.mod`` imports ``pkg`` from its working folder first (Python puts it at the
   head of ``sys.path``): that package (or ``pkg.py``) is what the launch names there, and is
   shown read-only, never the folder around it (``module_in_cwd``).
@@ -23,7 +28,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["module_in_cwd", "script_command", "server_file", "unwrapped"]
+__all__ = ["module_in_cwd", "script_command", "server_file", "unwrapped", "uv_run"]
 
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh")
 # Anything beyond words and quotes: a variable, a command list, a pipe, a redirection, a glob,
@@ -116,3 +121,70 @@ def module_in_cwd(argv: Sequence[str], cwd: Path) -> Path | None:
         if candidate.is_dir() or candidate.is_file():
             return candidate
     return None
+
+
+# uv's options that take a value (``--opt VALUE``), and those that make it build an environment.
+_UV_VALUED = frozenset(
+    [
+        "--directory",
+        "--project",
+        "--env-file",
+        "--extra",
+        "--group",
+        "--package",
+        "--cache-dir",
+        "--config-file",
+        "--index",
+        "--index-url",
+        "--default-index",
+        "--extra-index-url",
+        "--color",
+        "--python-preference",
+        "--only-group",
+    ]
+)
+_UV_BUILDS = frozenset(
+    [
+        "--with",
+        "--with-requirements",
+        "--with-editable",
+        "--isolated",
+        "--script",
+        "--no-project",
+        "--python",
+        "-p",
+        "--gui-script",
+    ]
+)
+
+
+def uv_run(argv: Sequence[str], cwd: Path) -> tuple[list[str], Path] | None:
+    """What ``uv [--directory D] run [options] CMD args`` runs in its project's ``.venv`` (the
+    script by that venv's interpreter, or the venv's ``bin/CMD``) and the folder it runs in;
+    ``None`` for any other launch, one uv builds an environment for, or a project with no venv."""
+    if Path(argv[0]).name != "uv" or "run" not in argv[1:]:
+        return None
+    i, work, project, ran = 1, cwd, cwd, False
+    while i < len(argv) and not (ran and not argv[i].startswith("-")):
+        option, eq, value = argv[i].partition("=")
+        if argv[i] == "run" and not ran:
+            ran, i = True, i + 1
+            continue
+        if option in _UV_BUILDS or not option.startswith("-"):
+            return None
+        if not eq and option in _UV_VALUED:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 1
+        if option in ("--directory", "--project"):
+            project = Path(value) if Path(value).is_absolute() else work / value
+            work = project if option == "--directory" else work
+        i += 1
+    if i >= len(argv):
+        return None
+    root = next((d for d in (project, *project.parents) if (d / "pyproject.toml").is_file()), None)
+    if root is None or not (root / ".venv" / "pyvenv.cfg").is_file():
+        return None
+    command, rest, bin_ = argv[i], list(argv[i + 1 :]), root / ".venv" / "bin"
+    if command.endswith(".py"):
+        return [str(bin_ / "python"), command, *rest], work
+    return ([str(bin_ / command), *rest], work) if (bin_ / command).is_file() else None
