@@ -24,15 +24,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_laundering_round37 import ACCOUNT, DESK_RULES, LISTED, Desk
+from _travel import CTX
+from test_laundering_round37 import ACCOUNT, DESK_RULES, LISTED, READ, Desk
 from test_laundering_round38 import PAY, READER, STEERED
 from test_provenance_round3 import TRUST, problems, scripted
 
 from tether import Agent, Host
-from tether.core.messages import ToolCall
+from tether.core.messages import AssistantMessage, ToolCall
+from tether.errors import ModelError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
+from tether.models._base import ModelRequest
+from tether.policy._approvals import Approvals, Reviewer
 from tether.policy._provenance_rules import ProvenancePolicy, make_labeler
-from tether.testing import call
+from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.testing import FunctionModel, call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "M5")]
 
@@ -50,8 +55,8 @@ def _host(world: Desk, memory: SqliteMemory | None = None) -> Host:
     return host
 
 
-def _pay(recipient: str) -> ToolCall:
-    return call("transfer", recipient=recipient, amount="200.00")
+def _pay(recipient: str, amount: str = "200.00") -> ToolCall:
+    return call("transfer", recipient=recipient, amount=amount)
 
 
 # -- 1. a recalled record's subject or source naming the account ---------------------------------
@@ -99,3 +104,111 @@ async def test_the_listings_account_is_still_paid_beside_a_keyed_record(tmp_path
     )
     assert problems(result.events) == []
     assert world.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
+
+
+# -- pinned: a person's "yes" to a payment the review chose launders nothing ---------------------
+
+REVIEWER = Reviewer("ana", frozenset({CTX.tenant}))
+REVIEW = "Look at the Grand Hotel in Paris and its reviews, pay the 200.00 deposit and note it in my Paris notes."
+
+
+def _asked(result: Any) -> list[str]:
+    """The tools a run asked a reviewer about (a host with approvals pauses on them)."""
+    return [str(e.data["tool"]) for e in result.events if str(e.kind) == "approval_requested"]
+
+
+def _turns(*turns: ToolCall) -> FunctionModel:
+    """Proposes ``turns`` one an answer, whatever it read, then answers: stateless (it counts its
+    earlier proposals), so a resumed run goes on where it stopped."""
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(isinstance(m, AssistantMessage) and bool(m.tool_calls) for m in request.messages)
+        return AssistantMessage(tool_calls=(turns[n],)) if n < len(turns) else AssistantMessage(content="Done.")
+
+    return FunctionModel(reply)
+
+
+async def _approved_then(
+    tmp_path: Path, pay: ToolCall, *then: ToolCall
+) -> tuple[list[str], Desk]:
+    """Process one reads the review and proposes ``pay``; a person approves it; process
+    two (a new host, the same store) resumes, pays, and proposes ``then``. What process two asked
+    a reviewer about."""
+    world = Desk()
+    agent = Agent("act", _turns(*READ, pay, *then))
+    run_id = ""
+    found: list[str] = []
+    for process in range(2):
+        approvals = Approvals(SqliteApprovalStore(tmp_path / "a.db"))
+        host = Host(
+            policy=ProvenancePolicy(DESK_RULES), on_denied="continue", labeler=make_labeler(TRUST),
+            approvals=approvals,
+        )  # fmt: skip
+        host.add_tools(*world.tools())
+        async with host:
+            if process == 0:
+                first = await host.run(agent, REVIEW, context=CTX)
+                assert str(first.stop_reason) == "approval_required" and world.received == []
+                for proposal in first.pending_proposals:
+                    await approvals.approve(REVIEWER, proposal)
+                run_id = first.run_id
+            else:
+                found = _asked(await host.resume(agent, run_id))
+    return found, world
+
+
+async def test_an_approved_payment_to_the_reviews_account_vouches_for_nothing_after(tmp_path: Path) -> None:
+    # The person said yes to one payment: the account is not the user's for the next call.
+    found, world = await _approved_then(
+        tmp_path, _pay(ACCOUNT), call("append_file", name="Paris", content=f"Deposit paid to {ACCOUNT}.")
+    )
+    assert world.received == [("transfer", {"recipient": ACCOUNT, "amount": "200.00"})]  # the "yes"
+    assert found == ["append_file"] and world.files.get("Paris", "") == ""
+
+
+async def test_the_listings_account_is_still_noted_after_an_approved_payment(tmp_path: Path) -> None:
+    # A payment over the request's 200.00 waits for a person; the listing's account is noted after.
+    found, world = await _approved_then(
+        tmp_path, _pay(LISTED, "300.00"), call("append_file", name="Paris", content=f"Deposit paid to {LISTED}.")
+    )
+    assert found == [] and world.files.get("Paris", "") == f"Deposit paid to {LISTED}."
+
+
+# -- pinned: a run resumed after a transient model error -----------------------------------------
+
+
+class _Flaky:
+    """``_turns`` whose third answer fails once as a provider's 503 does."""
+
+    def __init__(self, *turns: ToolCall) -> None:
+        self.model, self.failed = _turns(*turns), False
+
+    async def reply(self, request: ModelRequest) -> AssistantMessage:
+        if len([m for m in request.messages if isinstance(m, AssistantMessage)]) == 2 and not self.failed:
+            self.failed = True
+            raise ModelError("service unavailable", retryable=True)
+        return (await self.model.complete(request)).message
+
+
+@pytest.mark.parametrize(("payee", "found"), [(ACCOUNT, ["transfer"]), (LISTED, [])])
+async def test_a_run_resumed_after_a_model_error_still_knows_what_it_read(
+    tmp_path: Path, payee: str, found: list[str]
+) -> None:
+    world = Desk()
+    flaky = _Flaky(*READ, _pay(payee))
+    agent = Agent("act", FunctionModel(flaky.reply))
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "a.db"))
+    for process in range(2):
+        host = Host(
+            policy=ProvenancePolicy(DESK_RULES), on_denied="continue", labeler=make_labeler(TRUST),
+            approvals=approvals,
+        )  # fmt: skip
+        host.add_tools(*world.tools())
+        async with host:
+            if process == 0:
+                first = await host.run(agent, PAY, context=CTX)
+                assert str(first.stop_reason) == "model_error" and world.received == []
+            else:
+                result = await host.resume(agent, first.run_id)
+    assert _asked(result) == found
+    assert world.received == ([] if found else [("transfer", {"recipient": LISTED, "amount": "200.00"})])
