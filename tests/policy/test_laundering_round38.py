@@ -244,4 +244,6 @@ async def test_what_a_run_recalled_is_in_its_index_after_a_checkpoint(tmp_path: 
     restored = state_from_json(state_to_json(state))
     segments = index_for(restored, TRUST).segments
     # The record as the model read it: its claim, its subject and its source record (round 41).
-    assert [(s.raw, s.label.trust) for s in segments] == [(f"{REVERSED_CLAIM}\n{SUBJECT}\nrec-1", RECALLED)]
+    assert [(s.raw, s.label.trust) for s in segments] == [
+        (f"{REVERSED_CLAIM}\n{SUBJECT}\ncrm/rec-1", RECALLED)
+    ]

@@ -9,12 +9,15 @@ What went through:
    subject, or from a source record, that gives the attacker's account reversed had the run's
    trusted ``reverse`` tool turn it back and pay it unreviewed: nothing the run had read chose
    what the tool was asked. Every piece of the memory line someone other than the host wrote
-   (claim, subject, source record) is now a ``RECALLED`` segment (``recalled_segments``).
+   (claim, subject, ``system/record``) is now in the ``RECALLED`` segment
+   (``recalled_segments``). A helper that recalled such a record and answered with its key's
+   coded account went through the same way (a child's recall is folded into its parent's).
 
-Probed and held (pinned here): a subagent's answer relaying a review's account; a workflow
-node whose objective an earlier node's output wrote; a plan whose extraction read the review;
-a run checkpointed and resumed in a fresh host; a run resumed after a transient model error.
-The listing's account, and the user's own, are still paid unreviewed in each.
+Probed and held (pinned here): a person's approval of a payment to the review's account
+(the "yes" to a proposal the review chose) vouches for nothing after it: the resumed run, in
+a new host, still needs a reviewer to note that account; a run stopped by a transient model
+error and resumed in a new host still knows what it read (the review's account waits for a
+reviewer, the listing's is paid). The listing's account is still paid, and noted, unreviewed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from test_laundering_round38 import PAY, READER, STEERED
 from test_provenance_round3 import TRUST, problems, scripted
 
 from tether import Agent, Host
+from tether.context import ContextConfig, Subagent
 from tether.core.messages import AssistantMessage, ToolCall
 from tether.errors import ModelError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
@@ -106,10 +110,26 @@ async def test_the_listings_account_is_still_paid_beside_a_keyed_record(tmp_path
     assert world.received == [("transfer", {"recipient": LISTED, "amount": "200.00"})]
 
 
+async def test_a_helper_that_recalled_a_keyed_record_hands_back_its_key(tmp_path: Path) -> None:
+    # The helper recalls the record and answers with its subject's coded account; the parent
+    # decodes and pays it. The helper's recall is its parent's (``runners._spend``), key and all.
+    world = Desk()
+    helper = Agent("child", scripted(answer=REVERSED), memory_subjects=("hotel:grand",))
+    researcher = Subagent("researcher", "Researches a hotel.", lambda: helper)
+    asks = call("researcher", task="What is the Grand Hotel's deposit account?")
+    parent = scripted(asks, call("reverse", text=REVERSED), _pay(ACCOUNT))
+    async with _host(world, await _memory(tmp_path, f"hotel:grand:{REVERSED}", "rec-1")) as host:
+        agent = Agent("act", parent, context=ContextConfig(subagents=[researcher]))
+        result = await host.run(agent, PAY, context=READER)
+    assert problems(result.events) == [STEERED] and world.received == []
+
+
 # -- pinned: a person's "yes" to a payment the review chose launders nothing ---------------------
 
 REVIEWER = Reviewer("ana", frozenset({CTX.tenant}))
-REVIEW = "Look at the Grand Hotel in Paris and its reviews, pay the 200.00 deposit and note it in my Paris notes."
+REVIEW = (
+    "Look at the Grand Hotel in Paris and its reviews, pay the 200.00 deposit and note it in my Paris notes."
+)
 
 
 def _asked(result: Any) -> list[str]:
@@ -123,14 +143,14 @@ def _turns(*turns: ToolCall) -> FunctionModel:
 
     def reply(request: ModelRequest) -> AssistantMessage:
         n = sum(isinstance(m, AssistantMessage) and bool(m.tool_calls) for m in request.messages)
-        return AssistantMessage(tool_calls=(turns[n],)) if n < len(turns) else AssistantMessage(content="Done.")
+        return (
+            AssistantMessage(tool_calls=(turns[n],)) if n < len(turns) else AssistantMessage(content="Done.")
+        )
 
     return FunctionModel(reply)
 
 
-async def _approved_then(
-    tmp_path: Path, pay: ToolCall, *then: ToolCall
-) -> tuple[list[str], Desk]:
+async def _approved_then(tmp_path: Path, pay: ToolCall, *then: ToolCall) -> tuple[list[str], Desk]:
     """Process one reads the review and proposes ``pay``; a person approves it; process
     two (a new host, the same store) resumes, pays, and proposes ``then``. What process two asked
     a reviewer about."""
@@ -169,7 +189,9 @@ async def test_an_approved_payment_to_the_reviews_account_vouches_for_nothing_af
 async def test_the_listings_account_is_still_noted_after_an_approved_payment(tmp_path: Path) -> None:
     # A payment over the request's 200.00 waits for a person; the listing's account is noted after.
     found, world = await _approved_then(
-        tmp_path, _pay(LISTED, "300.00"), call("append_file", name="Paris", content=f"Deposit paid to {LISTED}.")
+        tmp_path,
+        _pay(LISTED, "300.00"),
+        call("append_file", name="Paris", content=f"Deposit paid to {LISTED}."),
     )
     assert found == [] and world.files.get("Paris", "") == f"Deposit paid to {LISTED}."
 
