@@ -17,7 +17,9 @@ Probed and held (pinned here): a person's approval of a payment to the review's 
 (the "yes" to a proposal the review chose) vouches for nothing after it: the resumed run, in
 a new host, still needs a reviewer to note that account; a run stopped by a transient model
 error and resumed in a new host still knows what it read (the review's account waits for a
-reviewer, the listing's is paid). The listing's account is still paid, and noted, unreviewed.
+reviewer, the listing's is paid); a workflow step that pays an agent node's answer, the node
+having read the review (the account relayed, or turned back by the node's own model), waits
+for a reviewer. The listing's account is still paid, and noted, unreviewed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from tether.models._base import ModelRequest
 from tether.policy._approvals import Approvals, Reviewer
 from tether.policy._provenance_rules import ProvenancePolicy, make_labeler
 from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.runners._workflow import AgentNode, Step, Workflow
 from tether.testing import FunctionModel, call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "M5")]
@@ -233,4 +236,37 @@ async def test_a_run_resumed_after_a_model_error_still_knows_what_it_read(
             else:
                 result = await host.resume(agent, first.run_id)
     assert _asked(result) == found
+    assert world.received == ([] if found else [("transfer", {"recipient": LISTED, "amount": "200.00"})])
+
+
+# -- pinned: a workflow step that pays what an agent node answered -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("said", "answer", "found"),
+    [
+        (ACCOUNT, ACCOUNT, ["untrusted_origin"]),
+        (REVERSED, ACCOUNT, ["untrusted_origin"]),
+        (ACCOUNT, LISTED, []),
+    ],
+    ids=["relayed", "turned-back-by-the-node", "the-listings"],
+)
+async def test_a_workflow_step_pays_a_nodes_answer_only_as_trusted_as_its_source(
+    said: str, answer: str, found: list[str]
+) -> None:
+    # The node read the review (giving the account as it stands, or reversed) and answered; the
+    # next step pays the answer. No value of the answer is the user's for being a node's output.
+    world = Desk(said)
+    research = Agent("research", scripted(*READ, answer=answer))
+    flow = Workflow(
+        "book",
+        [
+            AgentNode("research", research, lambda out: "Find the Grand Hotel's deposit account."),
+            Step("pay", "transfer", lambda out: {"recipient": out["research"], "amount": "200.00"}),
+        ],
+        answer=lambda out: "paid",
+    )
+    async with _host(world) as host:
+        result = await host.run_workflow(flow, PAY, context=CTX)
+    assert problems(result.events) == found
     assert world.received == ([] if found else [("transfer", {"recipient": LISTED, "amount": "200.00"})])
