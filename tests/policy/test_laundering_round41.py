@@ -19,7 +19,9 @@ a new host, still needs a reviewer to note that account; a run stopped by a tran
 error and resumed in a new host still knows what it read (the review's account waits for a
 reviewer, the listing's is paid); a workflow step that pays an agent node's answer, the node
 having read the review (the account relayed, or turned back by the node's own model), waits
-for a reviewer. The listing's account is still paid, and noted, unreviewed.
+for a reviewer; a helper that read the review, paused for a person and was resumed in a new
+host, answering the account its own model turned back, relays the review still (its parent's
+payment waits). The listing's account is still paid, and noted, unreviewed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _travel import CTX
+from _travel import CTX, FRIEND_MAIL
 from test_laundering_round37 import ACCOUNT, DESK_RULES, LISTED, READ, Desk
 from test_laundering_round38 import PAY, READER, STEERED
 from test_provenance_round3 import TRUST, problems, scripted
@@ -270,3 +272,56 @@ async def test_a_workflow_step_pays_a_nodes_answer_only_as_trusted_as_its_source
         result = await host.run_workflow(flow, PAY, context=CTX)
     assert problems(result.events) == found
     assert world.received == ([] if found else [("transfer", {"recipient": LISTED, "amount": "200.00"})])
+
+
+# -- pinned: a helper paused for a person, resumed, then answering --------------------------------
+
+
+def _answering(*turns: ToolCall, answer: str) -> FunctionModel:
+    """``_turns`` that answers ``answer`` once its turns are proposed."""
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(isinstance(m, AssistantMessage) and bool(m.tool_calls) for m in request.messages)
+        return (
+            AssistantMessage(tool_calls=(turns[n],)) if n < len(turns) else AssistantMessage(content=answer)
+        )
+
+    return FunctionModel(reply)
+
+
+@pytest.mark.parametrize(
+    ("read", "answer", "found"),
+    [(READ, ACCOUNT, ["transfer"]), (READ[:1], LISTED, [])],
+    ids=["read-the-review", "read-the-listing"],
+)
+async def test_a_helper_resumed_after_a_pause_still_relays_what_it_read_before(
+    tmp_path: Path, read: tuple[ToolCall, ...], answer: str, found: list[str]
+) -> None:
+    # The helper reads (the review gives the account reversed), pauses on a mail a person
+    # approves, and, resumed in a new host, answers the account turned back by its own model.
+    world = Desk(REVERSED)
+    mail = call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body="Looking at the Grand Hotel.")
+    helper = Agent("child", _answering(*read, mail, answer=answer))
+    researcher = Subagent("researcher", "Researches a hotel.", lambda: helper)
+    asks = call("researcher", task="Mail my friend and tell me the Grand Hotel's deposit account.")
+    agent = Agent(
+        "act", _answering(asks, _pay(answer), answer="Done."), context=ContextConfig(subagents=[researcher])
+    )
+    run_id, asked = "", list[str]()
+    for process in range(2):
+        approvals = Approvals(SqliteApprovalStore(tmp_path / "a.db"))
+        host = Host(
+            policy=ProvenancePolicy(DESK_RULES), on_denied="continue", labeler=make_labeler(TRUST),
+            approvals=approvals,
+        )  # fmt: skip
+        host.add_tools(*world.tools())
+        async with host:
+            result = await (host.run(agent, PAY, context=CTX) if process == 0 else host.resume(agent, run_id))
+            run_id, asked = result.run_id, _asked(result)
+            if process == 0:  # the helper's mail waits for a person, who approves it
+                assert str(result.stop_reason) == "approval_required" and len(result.pending_proposals) == 1
+                for proposal in result.pending_proposals:
+                    await approvals.approve(REVIEWER, proposal)
+    assert asked == found
+    paid = [] if found else [("transfer", {"recipient": LISTED, "amount": "200.00"})]
+    assert [r for r in world.received if r[0] == "transfer"] == paid
