@@ -243,4 +243,7 @@ async def test_what_a_run_recalled_is_in_its_index_after_a_checkpoint(tmp_path: 
     state = RunState("r1", PAY, READER, 0.0, datetime.now(UTC), memory=[r.record for r in found.records])
     restored = state_from_json(state_to_json(state))
     segments = index_for(restored, TRUST).segments
-    assert [(s.raw, s.label.trust) for s in segments] == [(REVERSED_CLAIM, RECALLED)]
+    # The record as the model read it: its claim, its subject and its source record (round 41).
+    assert [(s.raw, s.label.trust) for s in segments] == [
+        (f"{REVERSED_CLAIM}\n{SUBJECT}\ncrm/rec-1", RECALLED)
+    ]

@@ -125,19 +125,27 @@ as untrusted (``chokepoint._labels.memory_line``). Outside ``TRUST_ORDER``: no r
 
 
 def recalled_segments(state: Any) -> list[Segment]:
-    """The claims the run recalled before its first call, one free-text segment each, of the
+    """The records the run recalled before its first call, one free-text segment each, of the
     ``RECALLED`` class. The model read them as it reads a tool's text: a value one gives, or a
-    query, sum or lookup it chose, is text someone chose (``steering``, ``selected_by``)."""
+    query, sum or lookup it chose, is text someone chose (``steering``, ``selected_by``). A
+    record is read as ``chokepoint._labels.memory_line`` shows it: its claim, the subject it is
+    kept under (read below the subject an agent recalls) and the source it names
+    (``system/record``), each written by whoever kept it."""
     found = []
     for record in getattr(state, "memory", None) or []:
-        claim = getattr(record, "claim", None)
-        if not isinstance(claim, str) or not claim.strip():
-            continue
         src = getattr(record, "source", None)
         origin = f"{src.system}/{src.record}" if src is not None else "unknown"
+        shown = (
+            getattr(record, "claim", None),
+            getattr(record, "subject", None),
+            origin if src is not None else None,
+        )
+        text = "\n".join(piece for piece in shown if isinstance(piece, str) and piece.strip())
+        if not text:
+            continue
         rid = str(getattr(record, "id", "") or "")
         label = SourceLabel("memory", origin, RECALLED, record_id=rid or None, call_id=f"memory:{rid}")
-        found.append(Segment(claim, normalise(claim), label, False))
+        found.append(Segment(text, normalise(text), label, False))
     return found
 
 
