@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,19 @@ LIMITS = Limits(
     max_identical_calls=20,
     max_malformed_turns=20,
 )
+
+
+def world_clock(env: Any) -> Callable[[], datetime] | None:
+    """The host's clock in the suite's world: its calendar's ``current_day`` (AgentDojo's 2024),
+    advancing with the wall clock from the moment it is made. A request's day without a year is
+    read near the day it was asked (the run's start), which in these suites is that day, not
+    today's date. ``None`` (the wall clock) for a world with no calendar."""
+    calendar = getattr(env, "calendar", None)
+    day = getattr(calendar, "current_day", None)
+    if not isinstance(day, date):
+        return None
+    start, began = datetime(day.year, day.month, day.day, 9, tzinfo=UTC), datetime.now(UTC)
+    return lambda: start + (datetime.now(UTC) - began)
 
 
 def _key(function: str, args: Any) -> str:
@@ -447,6 +461,7 @@ class SuiteBench:
                 else make_labeler(self.declaration.trust, own)
             ),
             approvals=approvals,
+            clock=world_clock(env),
         )
         host.add_source(tools)
         context = TrustedContext(tenant=self.name, user="user")
