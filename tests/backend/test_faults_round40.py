@@ -131,3 +131,16 @@ def test_the_python_api_counts_and_prices_the_reasoning(provider: str, transport
     assert response.usage.completion_tokens == 4000, response.usage
     assert response.usage.extra.get("reasoning_tokens") == 4000, response.usage
     assert response.cost_usd == pytest.approx((21 * 1.0 + 4000 * 10.0) / 1_000_000), response
+
+
+@pytest.mark.parametrize(("provider", "transport", "mode"), EVERY)
+@pytest.mark.parametrize("total", [-5, "n/a", [81]], ids=["negative", "word", "list"])
+def test_a_total_that_is_no_count_is_left_unread(
+    tmp_path: Path, provider: str, transport: str, mode: str, total: Any
+) -> None:
+    """``total_tokens`` was never read before this round: one that is no count does not make an
+    answer whose own counts read unusable (the run accepted, its tokens the counts given)."""
+    said = {**usage(provider, 21, 30, 0, None), "total_tokens": total}
+    replies = [Reply.text(ANSWER, usage=said)]
+    code, out, _ = run_turns(tmp_path, provider, replies, mode=mode, transport=transport)
+    assert (code, out["stop_reason"], out["answer"], out["tokens"]) == (0, "accepted", ANSWER, 51), out

@@ -215,7 +215,11 @@ def openai_usage(raw: Mapping[str, Any], into: str, out: str) -> Usage:
     )
     reasoning = count((raw.get(f"{out}_tokens_details") or {}).get("reasoning_tokens"))
     prompt = count(raw.get(f"{into}_tokens"))
-    output = max(count(raw.get(f"{out}_tokens")), reasoning, count(raw.get("total_tokens")) - prompt)
+    try:  # a total that is no count is left unread, as before: the counts it would check are read
+        beyond = count(raw.get("total_tokens")) - prompt
+    except ValueError:
+        beyond = 0
+    output = max(count(raw.get(f"{out}_tokens")), reasoning, beyond)
     return Usage(prompt, output, count(cached), {"reasoning_tokens": reasoning} if reasoning else {})
 
 
