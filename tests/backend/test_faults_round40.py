@@ -21,10 +21,15 @@ reason of each protocol, with text and with a tool call, streamed and whole, ove
 transports (``length``/``max_tokens``/``max_output_tokens`` → ``truncated``; ``content_filter``
 /``refusal`` → ``model_refused``; ``pause_turn``, ``cancelled``, unknown words → ``model_error``,
 calls never run; ``stop``/``end_turn``/``stop_sequence``/none beside a call run it).
+Pinned here: headers sent at once, then the body stalled (a whole answer cut after 20 bytes, a
+stream after its first event) is cut at ``timeout_s`` on every protocol and transport, the
+stalled try retried and the next answer accepted; both tries stalled end ``model_error``, never
+on the run's deadline.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,7 @@ from test_faults_round29 import backend, complete
 from test_faults_round35 import run_turns
 
 from tether.models import Price
-from tether_testing.fake_server import Reply, scripted
+from tether_testing.fake_server import Pause, Reply, scripted
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
@@ -144,3 +149,41 @@ def test_a_total_that_is_no_count_is_left_unread(
     replies = [Reply.text(ANSWER, usage=said)]
     code, out, _ = run_turns(tmp_path, provider, replies, mode=mode, transport=transport)
     assert (code, out["stop_reason"], out["answer"], out["tokens"]) == (0, "accepted", ANSWER, 51), out
+
+
+# -- pinned: headers at once, then the body stalls ----------------------------------------------
+
+
+def stalled_body(mode: str) -> Reply:
+    """An answer whose headers go out at once and whose body stops: a whole answer after its
+    first 20 bytes, a stream after its first event; the rest 20 s later (past the run)."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        if mode == "stream":
+            return [items[0], Pause(20), *items[1:]]
+        raw = items[0] if isinstance(items[0], bytes) else json.dumps(items[0]).encode()
+        return [raw[:20], Pause(20), raw[20:]]
+
+    return Reply.text("STALLED-" + ANSWER, edit=edit)
+
+
+ALL = [
+    pytest.param(p, t, m, id=f"{p}-{t}-{m}")
+    for p in sorted(SERVERS)
+    for t in ("http", "sdk")
+    for m in ("stream", "whole")
+]
+
+
+@pytest.mark.parametrize(("provider", "transport", "mode"), ALL)
+def test_a_body_that_stalls_after_its_headers_is_cut_at_the_timeout(
+    tmp_path: Path, provider: str, transport: str, mode: str
+) -> None:
+    replies = [stalled_body(mode), Reply.text(ANSWER)]
+    code, out, bodies = run_turns(tmp_path, provider, replies, mode=mode, transport=transport, timeout_s=1.0)
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
+
+    replies = [stalled_body(mode), stalled_body(mode), Reply.text(ANSWER)]
+    code, out, bodies = run_turns(tmp_path, provider, replies, mode=mode, transport=transport, timeout_s=1.0)
+    assert (code, out["stop_reason"], len(bodies)) == (7, "model_error", 2), out
+    assert "STALLED" not in str(out.get("answer")), out
