@@ -11,7 +11,8 @@ Fixed here:
   Responses ``usage``) was taken as written: the turn's reasoning, which the provider bills as
   output, counted no tokens and cost nothing, and a token or cost budget never saw it. The
   output count is now at least the reasoning tokens and at least what ``total_tokens`` says was
-  spent beyond the prompt (``_base.output_count``); a usage that adds up is read as before.
+  spent beyond the prompt (``_base.openai_usage``); a usage that adds up is read as before. A
+  ``total_tokens`` that is no count (negative, a word) is left unread, as before.
 
 Each fault is counted honestly (the run stops at its token budget) and a normal usage is read
 as written (the run accepted, its tokens exact).
