@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -22,6 +23,7 @@ __all__ = [
     "larger_usage",
     "later_finish",
     "may_hold_half",
+    "openai_usage",
     "paired",
     "repeated_prefix",
     "short_call_id",
@@ -196,6 +198,29 @@ def count(value: object) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
         return int(value)
     raise ValueError(f"a token count of {value!r}")
+
+
+def openai_usage(raw: Mapping[str, Any], into: str, out: str) -> Usage:
+    """A usage as OpenAI's protocols write it (chat: ``prompt``/``completion``, Responses:
+    ``input``/``output`` tokens, each with its ``…_tokens_details``; DeepSeek's
+    ``prompt_cache_hit_tokens``). Its output count is at least its reasoning tokens (a part of
+    the output, which the provider bills as output) and at least what ``total_tokens`` says was
+    spent beyond the prompt: Gemini's OpenAI-compatible endpoint, and gateways that translate
+    it, write the output without the model's thoughts (``completion_tokens: 0`` beside
+    ``reasoning_tokens: 60`` and ``total_tokens: 81``); read as written, the reasoning counted
+    no tokens and cost nothing, and no token or cost budget saw it. A usage that adds up is
+    read as written."""
+    cached = (raw.get(f"{into}_tokens_details") or {}).get("cached_tokens") or raw.get(
+        "prompt_cache_hit_tokens"
+    )
+    reasoning = count((raw.get(f"{out}_tokens_details") or {}).get("reasoning_tokens"))
+    prompt = count(raw.get(f"{into}_tokens"))
+    try:  # a total that is no count is left unread, as before: the counts it would check are read
+        beyond = count(raw.get("total_tokens")) - prompt
+    except ValueError:
+        beyond = 0
+    output = max(count(raw.get(f"{out}_tokens")), reasoning, beyond)
+    return Usage(prompt, output, count(cached), {"reasoning_tokens": reasoning} if reasoning else {})
 
 
 _HALF = re.compile("[\ud800-\udfff]")  # one half of a UTF-16 surrogate pair

@@ -52,7 +52,15 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import MAX_CALL_ID, ModelRequest, ModelResponse, count, larger_usage, short_call_id
+from tether.models._base import (
+    MAX_CALL_ID,
+    ModelRequest,
+    ModelResponse,
+    count,
+    larger_usage,
+    openai_usage,
+    short_call_id,
+)
 from tether.models._content import calls_alike, offered_call, parts_text, refusal_text
 from tether.models._failures import is_error
 from tether.models._json import loads
@@ -255,15 +263,7 @@ class OpenAICompatible(OpenAIBackend):
     # -- responses ----------------------------------------------------------------------------
 
     def _usage(self, raw: Mapping[str, Any] | None) -> Usage:
-        if not raw:
-            return Usage()
-        details = raw.get("prompt_tokens_details") or {}
-        cached = count(details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens"))
-        extra: dict[str, Any] = {}
-        reasoning = count((raw.get("completion_tokens_details") or {}).get("reasoning_tokens"))
-        if reasoning:
-            extra["reasoning_tokens"] = reasoning
-        return Usage(count(raw.get("prompt_tokens")), count(raw.get("completion_tokens")), cached, extra)
+        return openai_usage(raw, "prompt", "completion") if raw else Usage()
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choice = _answer_choice(data["choices"])  # 0 (n > 1), else the lowest numbered, as a stream's

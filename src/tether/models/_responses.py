@@ -47,7 +47,7 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, spelled
+from tether.models._base import ModelRequest, ModelResponse, openai_usage, spelled
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
@@ -415,7 +415,4 @@ def _status(response: Mapping[str, Any]) -> Any:
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:
-    cached = count((raw.get("input_tokens_details") or {}).get("cached_tokens"))
-    reasoning = count((raw.get("output_tokens_details") or {}).get("reasoning_tokens"))
-    extra = {"reasoning_tokens": reasoning} if reasoning else {}
-    return Usage(count(raw.get("input_tokens")), count(raw.get("output_tokens")), cached, extra)
+    return openai_usage(raw, "input", "output")
