@@ -130,6 +130,7 @@ def test_every_address_of_a_mailto_uri_is_a_destination_and_an_unclear_one_is_re
     assert "attacker.example" in destinations_of("mailto:ok@partner.example?subject=x;cc=m@attacker.example")
     assert "attacker.example" in destinations_of("mailto:ok@partner.example?%63c=m@attacker.example")
     assert destination_of("MAILTO:ok@Partner.Example?subject=a%20b") == "partner.example"
+    assert destinations_of("mailto:ok@partner.example?cc=") == ("partner.example",)  # no one more
     for unclear in [
         "mailto:ok@partner.example#cc=m@attacker.example",
         "mailto:ok@partner.example%0d%0acc:m@attacker.example",

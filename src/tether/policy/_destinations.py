@@ -83,7 +83,7 @@ def _mailto(uri: str) -> tuple[str, ...]:
         name, _, value = field.partition("=")
         if _safe(unquote(name)) in _RECIPIENT_FIELDS:
             lists.append(value)
-    domains = [_address_domain(_safe(unquote(a))) for part in lists for a in part.split(",")]
+    domains = [_address_domain(_safe(unquote(a))) for part in lists for a in part.split(",") if a]
     if not domains or None in domains:
         raise ValueError("a mailto: destination names an address that is not plain, or none")
     return tuple(dict.fromkeys(d for d in domains if d is not None))
