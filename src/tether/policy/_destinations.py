@@ -7,7 +7,11 @@ values every parser reads the same way are accepted:
 - a URL ``scheme://[userinfo@]host[:port][/path][?query][#fragment]``;
 - an e-mail address ``local@domain`` with a plain local part (letters, digits, ``.``, ``_``,
   ``+``, ``-``): no list, no display name, no quotes, no source route (``%``, ``!``);
-- a bare host name.
+- a bare host name;
+- a ``mailto:`` URI (RFC 6068; ``mailto://`` too, as ``urllib.parse`` reads it): every address
+  it names, in its path and in its ``to``, ``cc`` and ``bcc`` fields, each percent-decoded and
+  read as an e-mail address above (``destinations_of``): a mail client sends to all of them, so
+  ``mailto://ok@partner.example?cc=mallory@attacker.example`` is not a mail to the partner alone.
 
 Refused as ambiguous: whitespace or control characters anywhere (stripped or split differently
 by clients, or a header/request-line injection), a backslash (a path separator for WHATWG URL
@@ -19,8 +23,9 @@ ids, empty labels), a port that is not a number.
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
-__all__ = ["destination_of"]
+__all__ = ["destination_of", "destinations_of"]
 
 _LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOST = re.compile(rf"(?:{_LABEL}\.)*{_LABEL}\.?", re.ASCII)
@@ -51,22 +56,68 @@ def _url_host(authority: str) -> str | None:
     return _host(host)
 
 
+_MAILTO = "mailto:"
+_RECIPIENT_FIELDS = frozenset({"to", "cc", "bcc"})
+
+
+def _safe(value: str) -> str:
+    if _UNSAFE.search(value) is not None:
+        raise ValueError("a destination must not contain whitespace, control characters or '\\'")
+    return value
+
+
+def _address_domain(address: str) -> str | None:
+    local, at, domain = address.partition("@")
+    return _host(domain) if at and _LOCAL_PART.fullmatch(local) is not None else None
+
+
+def _mailto(uri: str) -> tuple[str, ...]:
+    """The domains of every address a ``mailto:`` URI names (its path, its ``to``, ``cc`` and
+    ``bcc`` fields), each percent-decoded as a mail client decodes it; ``ValueError`` for a
+    fragment, an address that is not plain, or none at all."""
+    path, _, fields = uri.removeprefix("//").partition("?")
+    if "#" in uri:
+        raise ValueError("a mailto: destination must not have a fragment")
+    lists = [path] if path else []
+    for field in re.split("[&;]", fields) if fields else ():  # ';': an older form separator
+        name, _, value = field.partition("=")
+        if _safe(unquote(name)) in _RECIPIENT_FIELDS:
+            lists.append(value)
+    domains = [_address_domain(_safe(unquote(a))) for part in lists for a in part.split(",") if a]
+    if not domains or None in domains:
+        raise ValueError("a mailto: destination names an address that is not plain, or none")
+    return tuple(dict.fromkeys(d for d in domains if d is not None))
+
+
+def destinations_of(value: str) -> tuple[str, ...]:
+    """Every host (or e-mail domain) a destination argument points at, lower-cased: one, but
+    for a ``mailto:`` URI naming several addresses. Raises ``ValueError`` as ``destination_of``."""
+    value = _safe(value.strip().lower())
+    if value.startswith(_MAILTO):
+        return _mailto(value.removeprefix(_MAILTO))
+    return (destination_of(value),)
+
+
 def destination_of(value: str) -> str:
     """The host (or e-mail domain) a destination argument points at, lower-cased.
 
     Raises ``ValueError`` when ``value`` is not one unambiguous destination (see the module
     docstring): the egress rule refuses it rather than guess which host a client would reach.
+    A ``mailto:`` URI is one destination when all its addresses share one domain
+    (``destinations_of`` gives each).
     """
-    value = value.strip().lower()
-    if _UNSAFE.search(value) is not None:
-        raise ValueError("a destination must not contain whitespace, control characters or '\\'")
+    value = _safe(value.strip().lower())
+    if value.startswith(_MAILTO):
+        found_all = _mailto(value.removeprefix(_MAILTO))
+        if len(found_all) != 1:
+            raise ValueError("the mailto: destination names more than one domain")
+        return found_all[0]
     found: str | None
     if "://" in value:
         url = _URL.fullmatch(value)
         found = _url_host(url.group(2)) if url is not None else None
     elif "@" in value:
-        local, _, domain = value.partition("@")
-        found = _host(domain) if _LOCAL_PART.fullmatch(local) is not None else None
+        found = _address_domain(value)
     else:
         found = _host(value)
     if not found:

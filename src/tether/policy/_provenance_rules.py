@@ -208,6 +208,9 @@ class ProvenanceRules:
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
         properties = (parameters or {}).get("properties") or {}
+        for arg in [a for a in call.arguments if a not in rules.arguments]:  # a read's undeclared query
+            for problem in confidential_flow(index, {arg: call.arguments[arg]}, properties, rules.no_flow):
+                out.worse("approve", problem)
         judged = False  # whether a declared argument carried a value its rule restricts
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)

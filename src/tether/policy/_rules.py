@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from tether.core._names import SEPARATOR, folded, name_set, offered_name
 from tether.core.types import Decision, ProposedCall
-from tether.policy._destinations import destination_of
+from tether.policy._destinations import destination_of, destinations_of
 from tether.policy._provenance_decoding import self_decoded
 from tether.policy._trusted import Catalog, TrustedContext
 from tether.tools._contract import Effect, ToolSpec
@@ -171,12 +171,13 @@ class Egress:
                 if not isinstance(v, str) or not v.strip():
                     return Decision("deny", self.name, "egress_missing", {"argument": arg})
                 try:
-                    dest = destination_of(v)
+                    dests = destinations_of(v)  # a mailto: URI's every address
                 except ValueError:
                     # Not one unambiguous host: the tool's client might reach another one than we see.
                     return Decision("deny", self.name, "egress_ambiguous", {"argument": arg})
-                if dest not in self.allowed:
-                    return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
+                for dest in dests:
+                    if dest not in self.allowed:
+                        return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
                 found += 1
         if not found:
             return Decision("deny", self.name, "egress_missing", {"argument": names[0]})
