@@ -161,7 +161,7 @@ def _host(
         "automatic_effects": p.automatic,
         "catalog": _catalog(af),
     }
-    trace_dir = af.resolve(spec.trace.dir)
+    trace_dir = _trace_dir(af)
     if spec.mcp is None:
         return Host(
             policy=Policy(**policy_args), trace_dir=trace_dir, approvals=approvals, on_denied=p.on_denied
@@ -223,6 +223,9 @@ def local_tool_names(af: AgentFile) -> list[str]:
     # would pass the check and then refuse the run.
     _instructions(af)
     _catalog(af)
+    _trace_dir(af)
+    if af.spec.memory is not None:
+        _memory_policy(af, af.spec.memory)
     if af.spec.policy.provenance is not None:
         _provenance_rules(af, af.spec.policy.provenance, [t.spec for t in tools])
     for name in ("verify", "handoff", "remember", "resolve_evidence"):
@@ -443,11 +446,58 @@ def _yaml_file(path: Path, where: str) -> Any:
 
 
 def _memory(af: AgentFile, m: MemorySpec) -> Any:
-    from tether.memory import MemoryPolicy, SqliteMemory
+    from tether.memory import SqliteMemory
 
+    policy = _memory_policy(af, m)
     path = af.resolve(m.db)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset(m.approved_sources)))
+    return SqliteMemory(path, policy=policy)
+
+
+def _memory_policy(af: AgentFile, m: MemorySpec) -> Any:
+    """The store's write rules; a subject in ``memory.subjects`` or ``memory.disabled`` of a shape
+    the store never holds (``order 742`` for ``order:742``) is refused: it would recall, or
+    disable, nothing, silently."""
+    import re
+
+    from tether.memory import MemoryPolicy
+
+    policy = MemoryPolicy(approved_sources=frozenset(m.approved_sources))
+    for where in ("subjects", "disabled"):
+        for i, subject in enumerate(getattr(m, where)):
+            if not re.fullmatch(policy.subject_pattern, subject):
+                raise ConfigError(
+                    f"{af.label()}: memory.{where}[{i}]: {subject!r} is not a subject the store holds: "
+                    "write KIND:ID in lower-case kind, e.g. 'order:742' or 'customer:acme'"
+                )
+    return policy
+
+
+def _trace_dir(af: AgentFile) -> Path:
+    """The folder of the run's traces (made when missing), refused before anything starts when it
+    cannot be written: a run would fail at its first event, its effects' trace lost."""
+    folder = af.resolve(af.spec.trace.dir)
+    if (why := unwritable(folder)) is not None:
+        raise ConfigError(
+            f"{af.label()}: trace.dir: {folder} cannot be written ({why}): each run's trace is "
+            "written there; set trace.dir to a folder this process may write"
+        )
+    return folder
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be made or written (a file in its place, a read-only mount, a folder
+    this process may not write), or None when it can."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # not made yet: where it would be made
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if os.statvfs(probe).f_flag & os.ST_RDONLY:
+        return f"{probe} is on a read-only file system"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"this process may not write {probe}"
+    return None
 
 
 def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
