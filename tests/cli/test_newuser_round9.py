@@ -169,3 +169,52 @@ def test_a_trace_dir_not_made_yet_is_made_and_the_run_traced_there(
         assert main(["run", "q", "--agent", str(path), "--json"]) == 0
     out = last_json(capsys.readouterr().out)
     assert Path(out["trace"]).parent == tmp_path / "out" / "deep" / "traces"
+
+
+# -- a hook that cannot take what the run passes it ------------------------------------------------
+
+HOOKS = """
+def one(state):
+    return None
+
+def two(state, answer):
+    return None
+
+def flexible(state, *rest, strict=False):
+    return None
+"""
+
+
+@pytest.mark.parametrize(
+    ("hook", "ref", "wanted"),
+    [
+        ("verify", "hooks_round9:one", "(state, answer)"),
+        ("handoff", "hooks_round9:one", "(state, answer)"),
+        ("remember", "hooks_round9:two", "(state)"),
+        ("resolve_evidence", "hooks_round9:one", "(ref, state)"),
+    ],
+)
+def test_a_hook_with_the_wrong_signature_is_refused_before_the_run_not_after_its_effects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], hook: str, ref: str, wanted: str
+) -> None:
+    (tmp_path / "hooks_round9.py").write_text(HOOKS, encoding="utf-8")
+    with FakeChatServer(scripted([Reply.calls(ORDER), Reply.text("Order 742 is open.")])) as server:
+        path = write_agent(tmp_path, {"name": "m-1", "base_url": server.url}, hooks={hook: ref})
+        assert main(["agent", "check", str(path)]) == 1
+        assert main(["run", "q", "--agent", str(path)]) == 1
+        assert server.bodies() == []  # refused before anything ran
+    err = capsys.readouterr().err
+    assert err.count(f"hooks.{hook}: {ref} takes (") == 2 and f"the run calls it with {wanted}" in err
+    assert "unexpected error" not in err
+
+
+def test_hooks_that_take_what_the_run_passes_check_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "hooks_round9.py").write_text(HOOKS, encoding="utf-8")
+    hooks = {"verify": "hooks_round9:flexible", "handoff": "hooks_round9:two", "remember": "hooks_round9:one"}
+    with FakeChatServer(scripted([Reply.calls(ORDER), Reply.text("Order 742 is open.")])) as server:
+        path = write_agent(tmp_path, {"name": "m-1", "base_url": server.url}, hooks=hooks)
+        assert main(["agent", "check", str(path)]) == 0
+        assert main(["run", "q", "--agent", str(path), "--json"]) == 0
+    assert last_json(capsys.readouterr().out)["answer"] == "Order 742 is open."

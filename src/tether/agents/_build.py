@@ -523,12 +523,37 @@ def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
     return out
 
 
+# What the run passes each hook, by position.
+_HOOK_ARGUMENTS = {
+    "hooks.verify": ("state", "answer"),
+    "hooks.handoff": ("state", "answer"),
+    "hooks.remember": ("state",),
+    "hooks.resolve_evidence": ("ref", "state"),
+}
+
+
 def _hook(af: AgentFile, where: str, ref: str) -> Any:
+    """The hook ``ref`` names, refused unless it takes what the run passes it: a wrong signature
+    would pass every check and crash the run at its end, after its effects."""
+    import inspect
+
     if not _IMPORT_PATH.match(ref):
         raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
     found = import_ref(ref, f"{af.label()}: {where}")
     if not callable(found):
         raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
+    wanted = _HOOK_ARGUMENTS[where]
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as it is
+        return found
+    try:
+        signature.bind(*wanted)
+    except TypeError as err:
+        raise ConfigError(
+            f"{af.label()}: {where}: {ref} takes ({', '.join(signature.parameters)}); the run calls "
+            f"it with ({', '.join(wanted)}): {err}"
+        ) from None
     return found
 
 
