@@ -218,3 +218,43 @@ def test_hooks_that_take_what_the_run_passes_check_and_run(
         assert main(["agent", "check", str(path)]) == 0
         assert main(["run", "q", "--agent", str(path), "--json"]) == 0
     assert last_json(capsys.readouterr().out)["answer"] == "Order 742 is open."
+
+
+# -- a store file a run could not open ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "spec"),
+    [
+        ("memory.db", {"memory": {"db": "store"}}),
+        ("policy.approvals_db", {"policy": {"approvals_db": "store"}}),
+    ],
+)
+@pytest.mark.parametrize("store", ["folder", "text"])
+def test_check_refuses_a_store_file_the_run_refuses_and_leaves_it_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, spec: dict[str, Any], store: str
+) -> None:
+    if store == "folder":
+        (tmp_path / "store").mkdir()
+    else:
+        (tmp_path / "store").write_text("my notes\n" * 200, encoding="utf-8")
+    (tmp_path / "steps.yaml").write_text("- final: Order 742 is open.\n", encoding="utf-8")
+    path = write_agent(tmp_path, {"name": "scripted:steps.yaml"}, **spec)
+    assert main(["agent", "check", str(path)]) == 1
+    assert main(["run", "q", "--agent", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{where}: {tmp_path / 'store'} is " in err and "not a SQLite database file" in err
+    if store == "text":
+        assert (tmp_path / "store").read_text(encoding="utf-8") == "my notes\n" * 200
+
+
+def test_check_passes_store_files_not_made_yet_and_makes_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "steps.yaml").write_text("- final: Order 742 is open.\n", encoding="utf-8")
+    spec = {"memory": {"db": "state/memory.db"}, "policy": {"approvals_db": "approvals.db"}}
+    path = write_agent(tmp_path, {"name": "scripted:steps.yaml"}, **spec)
+    assert main(["agent", "check", str(path)]) == 0
+    assert not (tmp_path / "state").exists() and not (tmp_path / "approvals.db").exists()
+    assert main(["run", "q", "--agent", str(path)]) == 0
+    assert main(["agent", "check", str(path)]) == 0  # the stores the run made check too

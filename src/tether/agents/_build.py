@@ -226,6 +226,9 @@ def local_tool_names(af: AgentFile) -> list[str]:
     _trace_dir(af)
     if af.spec.memory is not None:
         _memory_policy(af, af.spec.memory)
+        _sqlite_file(af, "memory.db", af.spec.memory.db)
+    if af.spec.policy.approvals_db is not None:
+        _sqlite_file(af, "policy.approvals_db", af.spec.policy.approvals_db)
     if af.spec.policy.provenance is not None:
         _provenance_rules(af, af.spec.policy.provenance, [t.spec for t in tools])
     for name in ("verify", "handoff", "remember", "resolve_evidence"):
@@ -471,6 +474,24 @@ def _memory_policy(af: AgentFile, m: MemorySpec) -> Any:
                     "write KIND:ID in lower-case kind, e.g. 'order:742' or 'customer:acme'"
                 )
     return policy
+
+
+def _sqlite_file(af: AgentFile, where: str, name: str) -> None:
+    """Refuse a store file a run could not open (a folder, a file that is no SQLite database),
+    read-only: the check neither makes nor changes it (one not there yet is made by the run)."""
+    import sqlite3
+    from contextlib import closing
+
+    path = af.resolve(name)
+    if path.is_dir():
+        raise ConfigError(f"{af.label()}: {where}: {path} is a folder, not a SQLite database file")
+    if not path.is_file():
+        return
+    try:
+        with closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as db:
+            db.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as err:
+        raise ConfigError(f"{af.label()}: {where}: {path} is not a SQLite database file ({err})") from None
 
 
 def _trace_dir(af: AgentFile) -> Path:
