@@ -161,7 +161,7 @@ def _host(
         "automatic_effects": p.automatic,
         "catalog": _catalog(af),
     }
-    trace_dir = af.resolve(spec.trace.dir)
+    trace_dir = _trace_dir(af)
     if spec.mcp is None:
         return Host(
             policy=Policy(**policy_args), trace_dir=trace_dir, approvals=approvals, on_denied=p.on_denied
@@ -223,6 +223,12 @@ def local_tool_names(af: AgentFile) -> list[str]:
     # would pass the check and then refuse the run.
     _instructions(af)
     _catalog(af)
+    _trace_dir(af)
+    if af.spec.memory is not None:
+        _memory_policy(af, af.spec.memory)
+        _sqlite_file(af, "memory.db", af.spec.memory.db)
+    if af.spec.policy.approvals_db is not None:
+        _sqlite_file(af, "policy.approvals_db", af.spec.policy.approvals_db)
     if af.spec.policy.provenance is not None:
         _provenance_rules(af, af.spec.policy.provenance, [t.spec for t in tools])
     for name in ("verify", "handoff", "remember", "resolve_evidence"):
@@ -443,11 +449,76 @@ def _yaml_file(path: Path, where: str) -> Any:
 
 
 def _memory(af: AgentFile, m: MemorySpec) -> Any:
-    from tether.memory import MemoryPolicy, SqliteMemory
+    from tether.memory import SqliteMemory
 
+    policy = _memory_policy(af, m)
     path = af.resolve(m.db)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset(m.approved_sources)))
+    return SqliteMemory(path, policy=policy)
+
+
+def _memory_policy(af: AgentFile, m: MemorySpec) -> Any:
+    """The store's write rules; a subject in ``memory.subjects`` or ``memory.disabled`` of a shape
+    the store never holds (``order 742`` for ``order:742``) is refused: it would recall, or
+    disable, nothing, silently."""
+    import re
+
+    from tether.memory import MemoryPolicy
+
+    policy = MemoryPolicy(approved_sources=frozenset(m.approved_sources))
+    for where in ("subjects", "disabled"):
+        for i, subject in enumerate(getattr(m, where)):
+            if not re.fullmatch(policy.subject_pattern, subject):
+                raise ConfigError(
+                    f"{af.label()}: memory.{where}[{i}]: {subject!r} is not a subject the store holds: "
+                    "write KIND:ID in lower-case kind, e.g. 'order:742' or 'customer:acme'"
+                )
+    return policy
+
+
+def _sqlite_file(af: AgentFile, where: str, name: str) -> None:
+    """Refuse a store file a run could not open (a folder, a file that is no SQLite database),
+    read-only: the check neither makes nor changes it (one not there yet is made by the run)."""
+    import sqlite3
+    from contextlib import closing
+
+    path = af.resolve(name)
+    if path.is_dir():
+        raise ConfigError(f"{af.label()}: {where}: {path} is a folder, not a SQLite database file")
+    if not path.is_file():
+        return
+    try:
+        with closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as db:
+            db.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as err:
+        raise ConfigError(f"{af.label()}: {where}: {path} is not a SQLite database file ({err})") from None
+
+
+def _trace_dir(af: AgentFile) -> Path:
+    """The folder of the run's traces (made when missing), refused before anything starts when it
+    cannot be written: a run would fail at its first event, its effects' trace lost."""
+    folder = af.resolve(af.spec.trace.dir)
+    if (why := unwritable(folder)) is not None:
+        raise ConfigError(
+            f"{af.label()}: trace.dir: {folder} cannot be written ({why}): each run's trace is "
+            "written there; set trace.dir to a folder this process may write"
+        )
+    return folder
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be made or written (a file in its place, a read-only mount, a folder
+    this process may not write), or None when it can."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:  # not made yet: where it would be made
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if os.statvfs(probe).f_flag & os.ST_RDONLY:
+        return f"{probe} is on a read-only file system"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"this process may not write {probe}"
+    return None
 
 
 def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
@@ -473,12 +544,37 @@ def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
     return out
 
 
+# What the run passes each hook, by position.
+_HOOK_ARGUMENTS = {
+    "hooks.verify": ("state", "answer"),
+    "hooks.handoff": ("state", "answer"),
+    "hooks.remember": ("state",),
+    "hooks.resolve_evidence": ("ref", "state"),
+}
+
+
 def _hook(af: AgentFile, where: str, ref: str) -> Any:
+    """The hook ``ref`` names, refused unless it takes what the run passes it: a wrong signature
+    would pass every check and crash the run at its end, after its effects."""
+    import inspect
+
     if not _IMPORT_PATH.match(ref):
         raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
     found = import_ref(ref, f"{af.label()}: {where}")
     if not callable(found):
         raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
+    wanted = _HOOK_ARGUMENTS[where]
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as it is
+        return found
+    try:
+        signature.bind(*wanted)
+    except TypeError as err:
+        raise ConfigError(
+            f"{af.label()}: {where}: {ref} takes ({', '.join(signature.parameters)}); the run calls "
+            f"it with ({', '.join(wanted)}): {err}"
+        ) from None
     return found
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.agents._build import build_agent
+from tether.agents._build import build_agent, unwritable
 from tether.agents._file import AgentFile, agent_digest, load_agent_file, parse_agent, snapshot
 from tether.errors import ConfigError
 
@@ -131,16 +131,7 @@ def _writable(folder: Path, app: str) -> None:
     """Raise ``ConfigError`` when the app's trace folder cannot be made or written (a read-only
     mount, a folder this process may not write): a worker would take each run and fail it there;
     refused at its start, the runs wait in the queue for a worker that can write."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:  # not made yet: where it would be made
-        probe = probe.parent
-    if not probe.is_dir():
-        why = f"{probe} is not a folder"
-    elif os.statvfs(probe).f_flag & os.ST_RDONLY:
-        why = f"{probe} is on a read-only file system"
-    elif not os.access(probe, os.W_OK | os.X_OK):
-        why = f"this process may not write {probe}"
-    else:
+    if (why := unwritable(folder)) is None:
         return
     raise ConfigError(
         f"{app}: its trace folder {folder} cannot be written ({why}): each run's trace is written"

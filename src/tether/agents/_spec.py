@@ -457,8 +457,8 @@ class MemorySpec(_Strict):
     db: str = Field(description="the SQLite file of the store (created when missing)")
     subjects: list[str] = Field(
         default_factory=list,
-        description="subjects recalled at the start of each run (expired and foreign "
-        "records never enter the context)",
+        description="subjects (KIND:ID, e.g. order:742) recalled at the start of each run (expired "
+        "and foreign records never enter the context)",
     )
     approved_sources: list[str] = Field(
         default_factory=list, description="source systems whose records the store accepts on write"
@@ -548,7 +548,7 @@ class ContextSpec(_Strict):
 
 
 class TraceSpec(_Strict):
-    dir: str = Field(default="tether-output/traces", description="the folder of the JSONL traces")
+    dir: str = Field(default="tether-output/traces", description="the JSONL traces' folder (made if missing)")
     results: bool = Field(
         default=False, description="store every tool result's content (redacted) beside the trace"
     )

@@ -454,16 +454,30 @@ _ACTION = re.compile(
 )
 
 
+# What follows "called" when it reports a tool call, not a phone call: "I called read_order",
+# "we called the `read_order` tool".
+_CALLED_TOOL = re.compile(r"\s+(?:the\s+)?[`'\"\u2018\u201c]?(?P<tool>[A-Za-z_][\w.-]*)")
+
+
+def _names_a_read(found: re.Match[str], effects: Mapping[str, Any]) -> bool:
+    """Whether ``found`` reports calling a read-only tool by its name ("I called read_order"):
+    how models describe their work, not a claim of a side effect."""
+    if found.group("verb").lower() != "called":
+        return False
+    tool = _CALLED_TOOL.match(found.string, found.end())
+    return tool is not None and tool.group("tool") in effects and str(effects[tool.group("tool")]) == "read"
+
+
 def claim_check(effects: Callable[[], Mapping[str, Any]]) -> Callable[[Any, str], str | None]:
     """A ``verify`` hook rejecting a final answer that claims an action ("I e-mailed the buyer")
     unless the run made a successful side-effecting call. ``effects()`` maps tool names to their
     effects, read when the answer comes (tools of servers started later count)."""
 
     def verify(state: Any, answer: str) -> str | None:
-        found = _ACTION.search(answer or "")
+        known = effects()
+        found = next((m for m in _ACTION.finditer(answer or "") if not _names_a_read(m, known)), None)
         if found is None:
             return None
-        known = effects()
         calls = getattr(state, "calls", ())
         if any(c.status == "ok" and str(known.get(c.tool, "write")) != "read" for c in calls):
             return None
