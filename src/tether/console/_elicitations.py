@@ -117,17 +117,23 @@ def _titled(choices: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 # What a browser's form does not send back as written: it reads a CR in an attribute as a line
 # feed and a NUL as U+FFFD, and sends every line break as CR LF. A field name or choice holding
-# one sends another's (a lone surrogate never gets here: the pause store holds UTF-8 only).
+# one sends another's (a lone surrogate never gets here: the pause store holds UTF-8 only), and
+# an empty choice is sent as the form's "no choice".
 _UNSENT = re.compile(r"[\r\n\x00]")
 
 
 def _unsendable(schema: Mapping[str, Any]) -> str | None:
     """Why a browser's form cannot send this flat schema's field names and choices as written
-    (``_UNSENT``), or ``None``: then the field or choice drawn is the one sent."""
+    (``_UNSENT``, an empty choice), or ``None``: then the field or choice drawn is the one sent."""
     for name, prop in schema["properties"].items():
         items = prop.get("items") or {}
         choices = [*prop.get("enum", []), *items.get("enum", [])]
         choices += [o.get("const") for o in (*prop.get("oneOf", []), *items.get("anyOf", []))]
+        if "" in choices:  # sent as the form's "no choice" (its ``—``): the answer leaves it out
+            return (
+                f"field {str(name)!r}: an empty choice, which a browser's form sends as no answer:"
+                " answer it through the API"
+            )
         for text in (str(name), *(str(c) for c in choices)):
             if _UNSENT.search(text):
                 return (
