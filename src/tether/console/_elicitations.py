@@ -115,9 +115,38 @@ def _titled(choices: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [_option(o["const"], o.get("title") or o["const"]) for o in choices]
 
 
+# What a browser's form does not send back as written: it reads a CR in an attribute as a line
+# feed and a NUL as U+FFFD, and sends every line break as CR LF. A field name or choice holding
+# one sends another's (a lone surrogate never gets here: the pause store holds UTF-8 only), and
+# an empty choice is sent as the form's "no choice".
+_UNSENT = re.compile(r"[\r\n\x00]")
+
+
+def _unsendable(schema: Mapping[str, Any]) -> str | None:
+    """Why a browser's form cannot send this flat schema's field names and choices as written
+    (``_UNSENT``, an empty choice), or ``None``: then the field or choice drawn is the one sent."""
+    for name, prop in schema["properties"].items():
+        items = prop.get("items") or {}
+        choices = [*prop.get("enum", []), *items.get("enum", [])]
+        choices += [o.get("const") for o in (*prop.get("oneOf", []), *items.get("anyOf", []))]
+        if "" in choices:  # sent as the form's "no choice" (its ``—``): the answer leaves it out
+            return (
+                f"field {str(name)!r}: an empty choice, which a browser's form sends as no answer:"
+                " answer it through the API"
+            )
+        for text in (str(name), *(str(c) for c in choices)):
+            if _UNSENT.search(text):
+                return (
+                    f"field {str(name)!r}: its name or a choice holds a line break or a NUL, which a"
+                    " browser's form sends as other text: answer or decline it through the API"
+                )
+    return None
+
+
 def form_fields(schema: dict[str, Any]) -> list[FormField]:
-    """The form of a validated flat schema. Raises ``ApprovalError`` if the schema is not flat."""
-    problem = check_schema(schema)
+    """The form of a validated flat schema. Raises ``ApprovalError`` if the schema is not flat, or
+    if its form would send other field names or choices than it draws (``_unsendable``)."""
+    problem = check_schema(schema) or _unsendable(schema)
     if problem is not None:
         raise ApprovalError("invalid_schema", problem)
     required = set(schema.get("required", []))
