@@ -240,3 +240,36 @@ def test_two_processes_of_this_release_migrate_one_new_sqlite_file_at_once(tmp_p
     ours = {n for c in concerns for n, _ in MIGRATIONS[c]}
     expected = ours | {n for c in concerns for n in EARLIER[c]["sqlite"]}
     assert set(_journal(file)) == expected
+
+
+EARLIER_CONSOLE = """
+    from tether.console.users import UserStore
+    users = UserStore("console.db", scrypt_n=1024)
+    users.add_user("ada", "correct horse battery")
+    session = users.create_session("ada")
+    token = users.create_token("ada", label="ci")[0]
+    print(session if isinstance(session, str) else session[0])
+    print(token)
+"""
+
+
+def test_a_console_db_of_the_earlier_release_keeps_its_people_sessions_and_tokens(
+    tmp_path: Path, old_src: Path
+) -> None:
+    """A console's ``console.db`` written by the older release, opened by this release: the
+    person signs in, the signed-in session and the API token still stand; migrated once."""
+    done = _python(old_src, EARLIER_CONSOLE, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    session, token = done.stdout.split()[-2:]
+    users = UserStore(tmp_path / "console.db", scrypt_n=2**10)
+    try:
+        assert users.authenticate("ada", "correct horse battery")
+        by_session, by_token = users.principal_for_session(session), users.principal_for_token(token)
+        assert by_session is not None and by_session.name == "ada"
+        assert by_token is not None and by_token.name == "ada"
+    finally:
+        users.close()
+    names = _journal(tmp_path / "console.db")
+    assert len(names) == len(set(names)) and {n for n, _ in MIGRATIONS["users"]} <= set(names)
+    UserStore(tmp_path / "console.db", scrypt_n=2**10).close()
+    assert sorted(_journal(tmp_path / "console.db")) == sorted(names)  # the second open: nothing
