@@ -273,3 +273,19 @@ def test_a_console_db_of_the_earlier_release_keeps_its_people_sessions_and_token
     assert len(names) == len(set(names)) and {n for n, _ in MIGRATIONS["users"]} <= set(names)
     UserStore(tmp_path / "console.db", scrypt_n=2**10).close()
     assert sorted(_journal(tmp_path / "console.db")) == sorted(names)  # the second open: nothing
+
+
+def test_db_check_does_not_take_the_earlier_layouts_names_for_a_later_release(tmp_path: Path) -> None:
+    """A deployment whose stores carry the earlier layout's migration names (upgraded from it, or
+    created by this release, which records them): ``tether db check`` lists none of them as a
+    later release's migration (``later``), nothing pending after ``db init``."""
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
+    for file in (tmp_path / "deployment").glob("*.db"):
+        with sqlite3.connect(file) as db:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = '_migrations'").fetchone():
+                stamp = "2026-12-01T00:00:00+00:00"
+                db.execute("INSERT OR IGNORE INTO _migrations VALUES ('a001_proposals', ?)", (stamp,))
+        db.close()
+    checked = _cli(NEW_SRC, tmp_path, "db", "check", "--db", url)
+    assert (checked["pending"], checked["later"]) == ([], []), checked

@@ -27,6 +27,18 @@ EARLIER: dict[str, dict[str, tuple[str, ...]]] = {
     "pauses": {"sqlite": ("001_elicitation_pauses",)},
 }
 
+# Every name a release of that layout recorded (its PostgreSQL stores' too, which this release
+# does not record: not proven against that release's PostgreSQL stores), so none of them is ever
+# taken for a later release's migration (``tether db check``'s ``later``).
+_PG_EARLIER: tuple[str, ...] = ("a001_proposals", "a002_events", "a003_ledger", "a004_checkpoints")
+_PG_EARLIER += ("m001_records", "m002_events", "m003_conflicts", "p001_pins", "e001_elicitation_pauses")
+_PG_EARLIER += ("t001_trace_events",)
+EARLIER_LAYOUT: frozenset[str] = frozenset(
+    {n for by in EARLIER.values() for names in by.values() for n in names}
+    | {"c001_accounts", "pg_w001_workers"}
+    | {f"pg_{n}" for n in _PG_EARLIER}
+)
+
 
 def earlier_names(concern: str) -> Callable[[Connection], None]:
     """A migration step recording the concern's ``EARLIER`` names on this dialect that the
