@@ -13,6 +13,9 @@ What did not hold, fixed here and pinned below:
   records those earlier names too (``tether.sql._earlier``; a named migration of each concern,
   applied once), so such a release reads and writes a store this release created as one it
   upgraded.
+- ``tether db check`` (and ``db status``) on a store upgraded from the earlier layout listed that
+  layout's own names (``a001_proposals``...) as a later release's migrations (``later``). They are
+  known now (``tether.sql._earlier.EARLIER_LAYOUT``).
 
 Held (pinned): a run the older release paused, approved under it, is resumed by this release's
 ``tether resume``: the approval honoured, not asked again, the effect once; every store opens and
