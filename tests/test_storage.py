@@ -41,6 +41,7 @@ from tether.policy._store import (
     ProposalStore,
 )
 from tether.sql._database import MIGRATIONS, Database, blocking
+from tether.sql._earlier import EARLIER
 
 pytestmark = pytest.mark.anyio
 
@@ -242,7 +243,7 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
     assert db.snapshot(settings) == ("wal", 1, 30_000, 1)  # synchronous=NORMAL
     concern = {"ledger": "approvals"}.get(name, name)
     count = db.run(lambda c: c.exec_driver_sql("SELECT count(*) FROM _migrations").scalar())
-    assert count == len(MIGRATIONS[concern])
+    assert count == len(MIGRATIONS[concern]) + len(EARLIER.get(concern, {}).get("sqlite", ()))
 
 
 def test_a_path_that_is_not_a_sqlite_file_is_a_configuration_error_naming_it(tmp_path: Path) -> None:

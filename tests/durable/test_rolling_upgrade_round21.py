@@ -199,7 +199,9 @@ def test_the_upgrades_migration_killed_half_way_leaves_nothing_of_it_and_is_appl
     _kill_half_way(url, "approvals.003_ledger_tenant", tmp_path)
     assert "tenant" not in _columns(url, "effect_ledger")
     assert "approvals.003_ledger_tenant" not in _journal(url)
-    assert _check(url, tmp_path) == ["approvals.003_ledger_tenant"]
+    pending = _check(url, tmp_path)  # besides: the *_earlier_names of round 25
+    assert "approvals.003_ledger_tenant" in pending, pending
+    assert all(n == "approvals.003_ledger_tenant" or n.endswith("_earlier_names") for n in pending)
     code, out, err = _cli(NEW_SRC, tmp_path, "db", "init", "--db", url)
     assert code == 0, (out, err[-2000:])
     assert "tenant" in _columns(url, "effect_ledger")

@@ -236,7 +236,10 @@ async def test_proposals_survive_reopening_the_store(tmp_path: Path) -> None:
     names = [
         r[0] for r in sqlite3.connect(tmp_path / "a.db").execute("SELECT name FROM _migrations ORDER BY 1")
     ]
-    assert names == ["approvals.001_tables", "approvals.002_resume_claims", "approvals.003_ledger_tenant"]
+    assert names == [
+        "a001_proposals", "a002_events", "a003_ledger", "a004_checkpoints", "approvals.001_tables",
+        "approvals.002_resume_claims", "approvals.003_ledger_tenant", "approvals.004_earlier_names",
+    ]  # fmt: skip
 
 
 @pytest.mark.spec("T5")

@@ -94,10 +94,10 @@ async def test_sqlite_stores_written_by_main_077ce60_upgrade_in_place_and_resume
         _declared_shape(stores.memory.db, "memory")
         assert _migrations(stores.approvals.db) == [
             "a001_proposals", "a002_events", "a003_ledger", "a004_checkpoints", "approvals.001_tables",
-            "approvals.002_resume_claims", "approvals.003_ledger_tenant",
+            "approvals.002_resume_claims", "approvals.003_ledger_tenant", "approvals.004_earlier_names",
         ]  # fmt: skip
         assert _migrations(stores.memory.db) == [
-            "m001_records", "m002_events", "m003_conflicts", "memory.001_tables"
+            "m001_records", "m002_events", "m003_conflicts", "memory.001_tables", "memory.002_earlier_names"
         ]  # fmt: skip
     finally:
         stores.close()

@@ -175,6 +175,7 @@ def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     (worked beside). Raises ``SchemaTooNew`` when a later release marked one: no worker or
     command of this release would read or write there. Creates and writes nothing."""
     from tether.sql._database import MIGRATIONS
+    from tether.sql._earlier import EARLIER_LAYOUT
     from tether.sql._journal import refuse_later
 
     t, conn = open_deployment(url, timeout_s=timeout_s)
@@ -187,7 +188,7 @@ def check_migrations(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     there = {n.split(".", 1)[0] for n in names} | set(DEPLOYMENT_CONCERNS[t.backend])
     concerns = sorted(there & set(MIGRATIONS))
     pending = [n for c in concerns for n, _ in MIGRATIONS[c] if n not in names]
-    known = {n for steps in MIGRATIONS.values() for n, _ in steps}
+    known = {n for steps in MIGRATIONS.values() for n, _ in steps} | EARLIER_LAYOUT
     return {"target": t.describe(), "pending": pending, "later": sorted(set(names) - known)}
 
 

@@ -35,6 +35,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql import _postgres as pgsql
+from tether.sql._earlier import earlier_names
 from tether.sql._journal import check_own_marks, refuse_later
 from tether.sql._postgres import CUT, PG_SCHEMES, PgUrl, StoreHeld, StoreUnavailable, ensure_schema, refused
 from tether.sql._sqlite import held, read_only, setup
@@ -105,6 +106,10 @@ MIGRATIONS["users"] += (("users.002_session_seen", _create("users")),)
 MIGRATIONS["workers"] += (("workers.002_versions", _create("workers")),)
 # Workers' owner token (owner, owner_since): a restarted worker under its dead one's host and pid.
 MIGRATIONS["workers"] += (("workers.003_owner", _create("workers")),)
+# The names earlier releases' own migrations of these tables had (``_earlier``), so that such a
+# release opens a store this one created as one this one upgraded, not "table already exists".
+for _concern, _number in (("approvals", "004"), ("memory", "002"), ("pins", "002"), ("pauses", "002")):
+    MIGRATIONS[_concern] += ((f"{_concern}.{_number}_earlier_names", earlier_names(_concern)),)
 
 
 # A marked migration of this release's own is known to it (``_journal``): it refuses only another's.
