@@ -479,19 +479,11 @@ def _memory_policy(af: AgentFile, m: MemorySpec) -> Any:
 def _sqlite_file(af: AgentFile, where: str, name: str) -> None:
     """Refuse a store file a run could not open (a folder, a file that is no SQLite database),
     read-only: the check neither makes nor changes it (one not there yet is made by the run)."""
-    import sqlite3
-    from contextlib import closing
+    from tether.sql._sqlite import not_a_database
 
     path = af.resolve(name)
-    if path.is_dir():
-        raise ConfigError(f"{af.label()}: {where}: {path} is a folder, not a SQLite database file")
-    if not path.is_file():
-        return
-    try:
-        with closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as db:
-            db.execute("PRAGMA schema_version")
-    except sqlite3.DatabaseError as err:
-        raise ConfigError(f"{af.label()}: {where}: {path} is not a SQLite database file ({err})") from None
+    if (why := not_a_database(path)) is not None:
+        raise ConfigError(f"{af.label()}: {where}: {path} {why}")
 
 
 def _trace_dir(af: AgentFile) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 from tether.sql._postgres import StoreRefused
@@ -75,6 +76,21 @@ def read_only(path: str | Path, err: BaseException) -> StoreRefused | None:
         " file); nothing was written. Mount the folder read-write (or, to read a copy, copy the"
         " folder where this process may write)",
     )
+
+
+def not_a_database(path: Path) -> str | None:
+    """Why the existing file at ``path`` is no SQLite database a store could open (read-only: it
+    neither makes nor changes the file), or ``None`` (also when nothing is there yet)."""
+    if path.is_dir():
+        return "is a folder, not a SQLite database file"
+    if not path.is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as db:
+            db.execute("PRAGMA schema_version")
+    except sqlite3.DatabaseError as err:
+        return f"is not a SQLite database file ({err})"
+    return None
 
 
 def _unwritable(file: Path) -> str | None:
