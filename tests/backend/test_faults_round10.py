@@ -391,8 +391,11 @@ def no_usage(items: list[Any]) -> list[Any]:
 
 
 def only_prompt_counted(items: list[Any]) -> list[Any]:
-    """Every completion count left out, the prompt's kept."""
-    return walk(items, lambda d: [d.pop(k, None) for k in ("completion_tokens", "output_tokens")])
+    """Every completion count left out, the prompt's kept (and the total, from which the
+    completion would be read as what it leaves beyond the prompt: round 40)."""
+    return walk(
+        items, lambda d: [d.pop(k, None) for k in ("completion_tokens", "output_tokens", "total_tokens")]
+    )
 
 
 def run_agent(tmp_path: Path, model: dict[str, Any]) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
